@@ -1,0 +1,91 @@
+#pragma once
+// The route file, validated once into an immutable ProxyConfig.
+// Nothing here is checked again on the request path: a ProxyConfig that exists is valid.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencing {
+
+struct HostPort {
+  std::string host;  // as written, without IPv6 brackets ("0.0.0.0", "::1", "localhost")
+  uint16_t port = 0;
+  std::string ToString() const;  // "host:port", "[v6]:port"
+};
+
+enum class MissingToken { kReject, kAllow };
+enum class FenceMode { kEnforce, kObserve };
+enum class Unmatched { kPass, kReject };
+
+struct RouteConfig {
+  std::string name;    // unique, [a-z0-9_-]+, at most kMaxNameLength
+  std::string prefix;  // starts with '/', no trailing '/' (except "/" itself), unique
+  std::string fence;   // defaults to name; same charset and length bound as name
+  std::vector<std::string> methods{"POST", "PUT", "PATCH", "DELETE"};  // upper-case, unique
+  MissingToken missing_token = MissingToken::kReject;
+  FenceMode mode = FenceMode::kEnforce;
+  bool forward_token = true;
+};
+
+struct Timeouts {
+  std::chrono::milliseconds connect{2000};
+  std::chrono::milliseconds request{30000};
+  std::chrono::milliseconds idle{60000};
+  std::chrono::milliseconds header_read{10000};
+  std::chrono::milliseconds shutdown{25000};
+};
+
+struct Limits {
+  uint64_t max_header_bytes = 16 * 1024;
+  uint64_t max_body_bytes = 64ull * 1024 * 1024;
+  uint64_t max_connections = 10000;
+};
+
+struct ProxyConfig {
+  static constexpr size_t kMaxNameLength = 64;  // route and fence names; bounds a state record
+
+  std::string source_path;  // the file it was loaded from
+  HostPort listen{"0.0.0.0", 8080};
+  HostPort admin_listen{"127.0.0.1", 9901};
+  HostPort backend;          // from backend: "http://host:port" (port defaults to 80)
+  std::string backend_url;   // as written
+  std::string state_file;
+  std::string token_header = "X-Fencing-Token";
+  unsigned threads = 0;      // 0 = one per core (resolved by the server, not here)
+  Unmatched unmatched = Unmatched::kPass;
+  Timeouts timeouts;
+  Limits limits;
+  std::vector<RouteConfig> routes;
+};
+
+// One problem in the route file, positioned like a compiler error (1-based line and column).
+struct ConfigError {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string message;
+  std::string ToString() const;  // "FILE:LINE:COL: message"
+};
+
+struct ConfigResult {
+  std::shared_ptr<const ProxyConfig> config;  // set only when errors is empty
+  std::vector<ConfigError> errors;            // every problem found, in file order
+  bool ok() const { return config != nullptr; }
+};
+
+// Reads and validates a route file. An unreadable file is one error at line 0, column 0.
+ConfigResult LoadConfigFile(const std::string& path);
+
+// Validates route-file text; file_name is used only in error positions.
+ConfigResult ParseConfig(std::string_view yaml_text, const std::string& file_name);
+
+// "250ms", "2s", "1m", "1h" -> duration. False on anything else.
+bool ParseDuration(std::string_view text, std::chrono::milliseconds* out);
+// "1024", "16KiB", "64MiB", "1GiB" -> bytes. False on anything else or overflow.
+bool ParseSize(std::string_view text, uint64_t* out);
+
+}  // namespace fencing

@@ -1,0 +1,23 @@
+#pragma once
+// JSON-lines logging on stderr: one object per line, "ts", "level", "msg", then fields.
+
+#include <boost/json/object.hpp>
+
+#include <string_view>
+
+namespace fencing {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+
+void SetLogLevel(LogLevel level);
+bool ParseLogLevel(std::string_view text, LogLevel* level);
+bool LogEnabled(LogLevel level);
+
+// Writes one line atomically (a single write(2) of the whole line).
+void Log(LogLevel level, std::string_view message, boost::json::object fields = {});
+
+inline void LogInfo(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kInfo, m, std::move(f)); }
+inline void LogWarn(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kWarn, m, std::move(f)); }
+inline void LogError(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kError, m, std::move(f)); }
+
+}  // namespace fencing
