@@ -1,1 +1,208 @@
-int main() { return 0; }
+// fencing-proxy: the command line, start-up, signals and shutdown.
+
+#include "admin/admin_server.h"
+#include "admin/metrics.h"
+#include "cli/state_command.h"
+#include "common/log.h"
+#include "common/version.h"
+#include "config/config.h"
+#include "fence/fence_registry.h"
+#include "server/proxy_server.h"
+#include "state/state_store.h"
+#include "state/state_writer.h"
+
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <pthread.h>
+
+namespace fencing {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+
+void PrintConfigErrors(const ConfigResult& result) {
+  for (const ConfigError& error : result.errors) std::cerr << error.ToString() << "\n";
+}
+
+void LogConfigErrors(std::string_view message, const ConfigResult& result) {
+  for (const ConfigError& error : result.errors) LogError(message, {{"error", error.ToString()}});
+}
+
+int RunCheck(const std::string& config_path) {
+  ConfigResult result = LoadConfigFile(config_path);
+  if (!result.ok()) {
+    PrintConfigErrors(result);
+    std::cerr << config_path << ": invalid (" << result.errors.size() << " error"
+              << (result.errors.size() == 1 ? "" : "s") << ")\n";
+    return kExitFailure;
+  }
+  const ProxyConfig& config = *result.config;
+  std::string state_summary = "state file " + config.state_file + " not created yet";
+  std::unique_ptr<StateStore> store;
+  OpenOptions options{.create_if_missing = false, .lock = false, .read_only = true};
+  if (::access(config.state_file.c_str(), F_OK) == 0) {
+    if (Status s = StateStore::Open(config.state_file, options, &store); !s.ok()) {
+      std::cerr << s.message() << "\n";
+      return kExitFailure;
+    }
+    state_summary = "state file " + config.state_file + " holds " + std::to_string(store->maxima().size()) + " fence" +
+                    (store->maxima().size() == 1 ? "" : "s");
+  }
+  std::cout << config_path << ": ok: " << config.routes.size() << " route" << (config.routes.size() == 1 ? "" : "s")
+            << ", listen " << config.listen.ToString() << ", backend " << config.backend_url << ", " << state_summary
+            << "\n";
+  return kExitOk;
+}
+
+// Settings bound to sockets, threads or files at start-up; changing them needs a restart.
+std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded) {
+  if (running.listen.ToString() != loaded.listen.ToString()) return "listen";
+  if (running.admin_listen.ToString() != loaded.admin_listen.ToString()) return "admin_listen";
+  if (running.backend_url != loaded.backend_url) return "backend";
+  if (running.state_file != loaded.state_file) return "state_file";
+  if (running.threads != loaded.threads) return "threads";
+  if (running.limits.max_connections != loaded.limits.max_connections) return "limits.max_connections";
+  if (running.timeouts.connect != loaded.timeouts.connect) return "timeouts.connect";
+  return "";
+}
+
+int RunProxy(const std::string& config_path) {
+  ConfigResult loaded = LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    PrintConfigErrors(loaded);
+    LogConfigErrors("invalid route file; not starting", loaded);
+    return kExitFailure;
+  }
+  std::shared_ptr<const ProxyConfig> config = loaded.config;
+
+  // Signals are taken by this thread alone (sigwait below); every thread started from here on
+  // inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<StateStore> store;
+  if (Status s = StateStore::Open(config->state_file, OpenOptions{}, &store); !s.ok()) {
+    LogError("cannot open the state file; not starting", {{"error", s.message()}});
+    return kExitFailure;
+  }
+  const size_t fences_at_start = store->maxima().size();  // read now: the writer owns the store from here
+
+  Metrics metrics;
+  auto writer = std::make_unique<StateWriter>(
+      *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); });
+  auto registry = std::make_unique<FenceRegistry>(store->maxima(), *writer, metrics);
+  auto server = std::make_unique<ProxyServer>(config, *registry, metrics);
+  if (Status s = server->Start(); !s.ok()) {
+    LogError("cannot start; exiting", {{"error", s.message()}});
+    return kExitFailure;
+  }
+  auto admin = std::make_unique<AdminServer>(config->admin_listen, metrics, *registry,
+                                             [&] { return !server->draining() && registry->healthy(); });
+  if (Status s = admin->Start(); !s.ok()) {
+    LogError("cannot start; exiting", {{"error", s.message()}});
+    server->Stop();
+    return kExitFailure;
+  }
+  LogInfo("fencing-proxy started", {{"version", Version()},
+                                    {"config", config_path},
+                                    {"state_file", config->state_file},
+                                    {"fences", fences_at_start}});
+
+  for (;;) {
+    int signal = 0;
+    if (sigwait(&signals, &signal) != 0) continue;
+    if (signal == SIGHUP) {
+      ConfigResult reloaded = LoadConfigFile(config_path);
+      if (!reloaded.ok()) {
+        LogConfigErrors("reload failed: invalid route file; the running routes are kept", reloaded);
+        continue;
+      }
+      if (std::string key = RestartOnlyChange(*config, *reloaded.config); !key.empty()) {
+        LogError("reload refused: this setting needs a restart; the running routes are kept", {{"key", key}});
+        continue;
+      }
+      config = reloaded.config;
+      server->Reload(config);
+      LogInfo("route file reloaded", {{"routes", config->routes.size()}});
+      continue;
+    }
+    break;  // SIGTERM or SIGINT
+  }
+
+  LogInfo("shutting down: not ready, no new connections, draining in-flight requests",
+          {{"timeout_ms", config->timeouts.shutdown.count()}});
+  server->BeginShutdown();
+  if (!server->WaitDrained(config->timeouts.shutdown)) {
+    LogWarn("shutdown timeout reached with connections still open", {{"connections", server->connections()}});
+  }
+  server->Stop();
+  admin->Stop();
+  writer.reset();  // completes raises already submitted; their waiters' threads are stopped
+  server.reset();
+  registry.reset();
+  LogInfo("stopped");
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace fencing
+
+int main(int argc, char** argv) {
+  using namespace fencing;
+  CLI::App app{"fencing-proxy: stops stale writes to a backend that cannot check fencing tokens"};
+  app.require_subcommand(0, 1);
+
+  std::string config_path;
+  if (const char* from_env = std::getenv("FENCING_PROXY_CONFIG")) config_path = from_env;
+  bool check = false;
+  bool version = false;
+  std::string log_level = "info";
+  app.add_option("--config", config_path, "route file (or FENCING_PROXY_CONFIG)");
+  app.add_flag("--check", check, "validate the route file and the state file, then exit (0 valid, 1 invalid)");
+  app.add_flag("--version", version, "print the version and exit");
+  app.add_option("--log-level", log_level, "debug, info, warn or error")->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+
+  CLI::App* state = app.add_subcommand("state", "inspect or repair a state file offline");
+  state->require_subcommand(1);
+  std::string state_file;
+  CLI::App* show = state->add_subcommand("show", "print every fence's max_token as JSON");
+  show->add_option("--state-file", state_file, "the state file")->required();
+  CLI::App* set = state->add_subcommand("set", "set one fence's max_token (refused while a proxy holds the file)");
+  std::string fence_name;
+  std::string token;
+  set->add_option("--state-file", state_file, "the state file")->required();
+  set->add_option("FENCE", fence_name, "fence name")->required();
+  set->add_option("TOKEN", token, "new max_token")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  LogLevel level = LogLevel::kInfo;
+  ParseLogLevel(log_level, &level);
+  SetLogLevel(level);
+
+  if (version) {
+    std::cout << "fencing-proxy " << Version() << " (revision " << Revision() << ")\n";
+    return 0;
+  }
+  if (show->parsed()) return RunStateShow(state_file);
+  if (set->parsed()) return RunStateSet(state_file, fence_name, token);
+  if (config_path.empty()) {
+    std::cerr << "fencing-proxy: --config FILE (or FENCING_PROXY_CONFIG) is required\n" << app.help();
+    return 2;
+  }
+  return check ? RunCheck(config_path) : RunProxy(config_path);
+}

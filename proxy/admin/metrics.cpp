@@ -1,1 +1,112 @@
-// placeholder
+#include "admin/metrics.h"
+
+#include "common/version.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace fencing {
+namespace {
+
+constexpr std::string_view kOutcomeNames[] = {
+    "forwarded",       "unfenced",          "rejected_stale", "rejected_missing",  "rejected_malformed",
+    "observed_stale",  "observed_missing",  "observed_malformed", "raise_failed",  "upstream_error",
+    "rejected_path",   "unmatched",         "rejected_request"};
+static_assert(std::size(kOutcomeNames) == static_cast<size_t>(Outcome::kCount));
+
+// Latency buckets from 100 µs (loopback backend) to 30 s (the default request timeout).
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+// fdatasync: from a fast NVMe (50 µs) to a struggling network disk (5 s).
+const prometheus::Histogram::BucketBoundaries kSyncBuckets = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome outcome) { return kOutcomeNames[static_cast<size_t>(outcome)]; }
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  requests_total_ = &BuildCounter()
+                         .Name("fencing_proxy_requests_total")
+                         .Help("Requests by route and outcome.")
+                         .Register(*registry_);
+  inflight_requests_ = &BuildGauge()
+                            .Name("fencing_proxy_inflight_requests")
+                            .Help("Requests forwarded to the backend and not yet answered.")
+                            .Register(*registry_);
+  upstream_request_seconds_ = &BuildHistogram()
+                                   .Name("fencing_proxy_upstream_request_seconds")
+                                   .Help("Time from forwarding a request to the end of the backend's response.")
+                                   .Register(*registry_);
+  max_token_ = &BuildGauge()
+                    .Name("fencing_proxy_max_token")
+                    .Help("Highest durable fencing token per fence (a float64: exact up to 2^53).")
+                    .Register(*registry_);
+  token_raises_total_ = &BuildCounter()
+                             .Name("fencing_proxy_token_raises_total")
+                             .Help("Durable raises of a fence's max_token.")
+                             .Register(*registry_);
+  raise_wait_seconds_ = &BuildHistogram()
+                             .Name("fencing_proxy_raise_wait_seconds")
+                             .Help("Time a raise waited for older in-flight writes of its fence to complete.")
+                             .Register(*registry_);
+  state_sync_seconds_ = &BuildHistogram()
+                             .Name("fencing_proxy_state_sync_seconds")
+                             .Help("Duration of one write and fdatasync of the state file.")
+                             .Register(*registry_)
+                             .Add({}, kSyncBuckets);
+  connections_ = &BuildGauge()
+                      .Name("fencing_proxy_connections")
+                      .Help("Open client connections.")
+                      .Register(*registry_)
+                      .Add({});
+  connections_refused_ = &BuildCounter()
+                              .Name("fencing_proxy_connections_refused_total")
+                              .Help("Client connections closed at once because max_connections was reached.")
+                              .Register(*registry_)
+                              .Add({});
+  state_write_failures_ = &BuildCounter()
+                               .Name("fencing_proxy_state_write_failures_total")
+                               .Help("Failed writes or syncs of the state file (the first one is terminal).")
+                               .Register(*registry_)
+                               .Add({});
+  BuildGauge()
+      .Name("fencing_proxy_build_info")
+      .Help("Version and revision of the running binary.")
+      .Register(*registry_)
+      .Add({{"version", std::string(Version())}, {"revision", std::string(Revision())}})
+      .Set(1);
+}
+
+const RouteMetrics& Metrics::ForRoute(std::string_view route) {
+  std::lock_guard lock(mu_);
+  if (auto it = routes_.find(route); it != routes_.end()) return *it->second;
+  auto metrics = std::make_unique<RouteMetrics>();
+  std::string name(route);
+  for (size_t i = 0; i < metrics->outcomes.size(); ++i) {
+    metrics->outcomes[i] =
+        &requests_total_->Add({{"route", name}, {"outcome", std::string(kOutcomeNames[i])}});
+  }
+  metrics->inflight = &inflight_requests_->Add({{"route", name}});
+  metrics->upstream_seconds = &upstream_request_seconds_->Add({{"route", name}}, kLatencyBuckets);
+  return *routes_.emplace(std::move(name), std::move(metrics)).first->second;
+}
+
+const FenceMetrics& Metrics::ForFence(std::string_view fence) {
+  std::lock_guard lock(mu_);
+  if (auto it = fences_.find(fence); it != fences_.end()) return *it->second;
+  auto metrics = std::make_unique<FenceMetrics>();
+  std::string name(fence);
+  metrics->max_token = &max_token_->Add({{"fence", name}});
+  metrics->raises = &token_raises_total_->Add({{"fence", name}});
+  metrics->raise_wait_seconds = &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets);
+  return *fences_.emplace(std::move(name), std::move(metrics)).first->second;
+}
+
+std::string Metrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace fencing

@@ -1,1 +1,122 @@
-// placeholder
+#include "fence/fence.h"
+
+#include "admin/metrics.h"
+
+#include <algorithm>
+
+namespace fencing {
+
+Fence::Fence(std::string name, uint64_t max_token, FencePersister& persister,
+             const std::atomic<bool>& state_failed, Clock clock, const FenceMetrics* metrics)
+    : name_(std::move(name)),
+      persister_(persister),
+      state_failed_(state_failed),
+      clock_(std::move(clock)),
+      metrics_(metrics),
+      max_token_(max_token) {
+  if (metrics_) metrics_->max_token->Set(static_cast<double>(max_token_));
+}
+
+AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter) {
+  std::vector<Wakeup> wakeups;
+  uint64_t to_persist = 0;
+  AdmitResult result;
+  {
+    std::lock_guard lock(mu_);
+    uint64_t effective_max = std::max(max_token_, pending_);
+    if (state_failed_.load(std::memory_order_acquire)) {
+      return {Admission::kFailed, effective_max};
+    }
+    if (token < effective_max) return {Admission::kStale, effective_max};
+    if (token == max_token_ && pending_ == 0) {
+      ++inflight_;
+      return {Admission::kAdmitted, max_token_};
+    }
+    if (token > effective_max) {
+      // A newer holder: whoever waited for the older raise has lost the lock too.
+      RejectWaiters(Admission::kStale, token, wakeups);
+      if (pending_ == 0) pending_since_ = clock_();
+      pending_ = token;
+    }
+    waiters_.push_back(&waiter);
+    result = {Admission::kWaiting, pending_};
+    to_persist = TakeRaiseToPersist();
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+  return result;
+}
+
+void Fence::Release() {
+  uint64_t to_persist = 0;
+  {
+    std::lock_guard lock(mu_);
+    --inflight_;
+    to_persist = TakeRaiseToPersist();
+  }
+  if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+uint64_t Fence::TakeRaiseToPersist() {
+  // A raise is written only when nothing older is still in flight: that is the drain barrier.
+  if (pending_ == 0 || persisting_ != 0 || inflight_ != 0) return 0;
+  persisting_ = pending_;
+  if (metrics_) metrics_->raise_wait_seconds->Observe(clock_() - pending_since_);
+  return persisting_;
+}
+
+void Fence::RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups) {
+  for (RaiseWaiter* w : waiters_) wakeups.push_back({w, admission, max_token});
+  waiters_.clear();
+}
+
+void Fence::OnPersisted(uint64_t token, bool ok) {
+  std::vector<Wakeup> wakeups;
+  uint64_t to_persist = 0;
+  {
+    std::lock_guard lock(mu_);
+    persisting_ = 0;
+    if (!ok) {
+      RejectWaiters(Admission::kFailed, std::max(max_token_, pending_), wakeups);
+      pending_ = 0;
+    } else {
+      Finish(token, wakeups);
+      to_persist = TakeRaiseToPersist();
+    }
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
+  max_token_ = std::max(max_token_, persisted);
+  if (metrics_) {
+    metrics_->max_token->Set(static_cast<double>(max_token_));
+    metrics_->raises->Increment();
+  }
+  if (pending_ == persisted) {
+    // Everyone carrying the new max goes at once; they are all equal tokens.
+    inflight_ += waiters_.size();
+    for (RaiseWaiter* w : waiters_) wakeups.push_back({w, Admission::kAdmitted, max_token_});
+    waiters_.clear();
+    pending_ = 0;
+  } else {
+    // A higher token arrived while this one was being written; its drain starts now.
+    pending_since_ = clock_();
+  }
+}
+
+bool Fence::Abandon(RaiseWaiter& waiter) {
+  std::lock_guard lock(mu_);
+  auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
+  if (it == waiters_.end()) return false;
+  waiters_.erase(it);
+  return true;
+}
+
+FenceSnapshot Fence::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size()};
+}
+
+}  // namespace fencing

@@ -1,1 +1,84 @@
-// placeholder
+#include "routing/path_check.h"
+
+namespace fencing {
+namespace {
+
+TargetCheck Refuse(const char* reason) { return TargetCheck{false, {}, reason}; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// RFC 3986 unreserved characters: percent-encoding them changes nothing for a backend that
+// normalises, so an encoded one can only be an attempt to dodge prefix matching.
+bool IsUnreserved(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    char a = s[i];
+    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
+    if (a != prefix[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TargetCheck CheckRequestTarget(std::string_view target) {
+  // Absolute-form: drop scheme and authority, keep the path ("http://h" alone means "/").
+  if (StartsWithNoCase(target, "http://") || StartsWithNoCase(target, "https://")) {
+    size_t authority = target.find("://") + 3;
+    size_t slash = target.find_first_of("/?#", authority);
+    if (slash == std::string_view::npos) return TargetCheck{true, "/", ""};
+    if (target[slash] != '/') return Refuse("the absolute-form target has no path");
+    target.remove_prefix(slash);
+  }
+  if (target.empty() || target.front() != '/') return Refuse("the request target must start with '/'");
+
+  size_t query = target.find('?');
+  std::string_view path = target.substr(0, query);
+
+  size_t segment_start = 1;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      std::string_view segment = path.substr(segment_start, i - segment_start);
+      bool last = i == path.size();
+      if (segment.empty() && !last) return Refuse("the path has an empty segment ('//')");
+      if (segment == "." || segment == "..") return Refuse("the path has a dot segment");
+      segment_start = i + 1;
+      continue;
+    }
+    unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c <= 0x20 || c == 0x7f) return Refuse("the path has a control byte or space");
+    if (c == '\\') return Refuse("the path has a backslash");
+    if (c == '#') return Refuse("the path has a fragment");
+    if (c == '%') {
+      if (i + 2 >= path.size()) return Refuse("the path has a malformed percent escape");
+      int hi = HexValue(path[i + 1]);
+      int lo = HexValue(path[i + 2]);
+      if (hi < 0 || lo < 0) return Refuse("the path has a malformed percent escape");
+      unsigned char decoded = static_cast<unsigned char>(hi * 16 + lo);
+      if (decoded == '/' || decoded == '\\') return Refuse("the path has an encoded slash or backslash");
+      if (decoded == 0 || decoded < 0x20 || decoded == 0x7f) return Refuse("the path has an encoded control byte");
+      if (IsUnreserved(decoded)) return Refuse("the path percent-encodes an unreserved character (such as %2e)");
+      i += 2;
+    }
+  }
+  // The query is forwarded as sent; only bytes that break the request line are refused.
+  if (query != std::string_view::npos) {
+    for (char ch : target.substr(query)) {
+      unsigned char c = static_cast<unsigned char>(ch);
+      if (c <= 0x20 || c == 0x7f) return Refuse("the query has a control byte or space");
+    }
+  }
+  return TargetCheck{true, path, ""};
+}
+
+}  // namespace fencing

@@ -1,1 +1,58 @@
-// placeholder
+#include "server/framing.h"
+
+#include <boost/beast/core/string.hpp>
+
+namespace fencing {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+FramingCheck Refuse(const char* reason) { return FramingCheck{false, reason}; }
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+FramingCheck CheckRequestFraming(const http::request_header<>& header) {
+  size_t content_lengths = 0;
+  size_t transfer_encodings = 0;
+  std::string_view content_length;
+  std::string_view transfer_encoding;
+  for (const auto& field : header) {
+    std::string_view value = field.value();
+    for (char c : value) {
+      if (c == '\r' || c == '\n' || c == '\0') return Refuse("a header value holds CR, LF or NUL");
+    }
+    if (field.name() == http::field::content_length) {
+      ++content_lengths;
+      content_length = value;
+    } else if (field.name() == http::field::transfer_encoding) {
+      ++transfer_encodings;
+      transfer_encoding = value;
+    }
+  }
+  if (content_lengths > 1) return Refuse("more than one Content-Length header");
+  if (transfer_encodings > 1) return Refuse("more than one Transfer-Encoding header");
+  if (content_lengths && transfer_encodings) return Refuse("both Content-Length and Transfer-Encoding");
+  if (content_lengths) {
+    std::string_view digits = TrimOws(content_length);
+    if (digits.empty()) return Refuse("an empty Content-Length");
+    for (char c : digits) {
+      if (c < '0' || c > '9') return Refuse("a Content-Length that is not a single decimal number");
+    }
+  }
+  if (transfer_encodings) {
+    if (header.version() < 11) return Refuse("Transfer-Encoding on an HTTP/1.0 request");
+    if (!boost::beast::iequals(TrimOws(transfer_encoding), "chunked")) {
+      return Refuse("a Transfer-Encoding other than exactly 'chunked'");
+    }
+  }
+  return FramingCheck{};
+}
+
+}  // namespace fencing

@@ -1,1 +1,194 @@
-// placeholder
+#include "server/proxy_server.h"
+
+#include "admin/metrics.h"
+#include "common/log.h"
+#include "fence/fence_registry.h"
+#include "server/session.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <sys/socket.h>
+
+#include <thread>
+
+namespace fencing {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Idle backend connections kept per worker; more than the busiest worker's concurrency wastes
+// the backend's sockets, fewer makes bursts reconnect.
+constexpr size_t kMaxIdleUpstreamPerWorker = 256;
+
+void LogCoroutineFailure(std::exception_ptr failure) {
+  if (!failure) return;
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    LogError("connection ended by an unexpected error", {{"error", e.what()}});
+  }
+}
+
+}  // namespace
+
+Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const ProxyConfig& config)
+    : shared_(shared), ioc_(std::make_unique<asio::io_context>(1)) {
+  pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
+  acceptor_.emplace(*ioc_);
+}
+
+Worker::~Worker() {
+  Stop();
+  pool_.reset();
+  acceptor_.reset();
+  ioc_.reset();  // destroys suspended sessions, which unregister from sessions_
+}
+
+Status Worker::Listen(const tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor_->open(endpoint.protocol(), ec);
+  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) {
+    // Every worker binds the same port; the kernel spreads new connections across them.
+    int one = 1;
+    if (::setsockopt(acceptor_->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+      ec.assign(errno, boost::system::system_category());
+    }
+  }
+  if (!ec) acceptor_->bind(endpoint, ec);
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::Error("cannot listen on " + endpoint.address().to_string() + ":" +
+                         std::to_string(endpoint.port()) + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+void Worker::Start(std::shared_ptr<const Runtime> runtime) {
+  runtime_ = std::move(runtime);
+  asio::co_spawn(*ioc_, AcceptLoop(), LogCoroutineFailure);
+  thread_ = std::thread([this] { ioc_->run(); });
+}
+
+void Worker::SetRuntime(std::shared_ptr<const Runtime> runtime) {
+  asio::post(*ioc_, [this, runtime = std::move(runtime)]() mutable { runtime_ = std::move(runtime); });
+}
+
+void Worker::BeginDrain() {
+  asio::post(*ioc_, [this] {
+    boost::system::error_code ec;
+    acceptor_->close(ec);
+    for (Session* session : sessions_) session->CloseIfIdle();
+  });
+}
+
+void Worker::Stop() {
+  if (!ioc_) return;
+  ioc_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+asio::awaitable<void> Worker::AcceptLoop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor_->async_accept(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+    if (ec) {
+      // Out of file descriptors and the like: back off briefly instead of spinning.
+      LogWarn("accept failed", {{"error", ec.message()}});
+      asio::steady_timer pause(*ioc_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    if (shared_.connections.fetch_add(1, std::memory_order_relaxed) >= shared_.max_connections) {
+      shared_.connections.fetch_sub(1, std::memory_order_relaxed);
+      shared_.metrics.connections_refused().Increment();
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    auto session = std::make_shared<Session>(*this, std::move(socket));
+    asio::co_spawn(*ioc_, session->Run(), LogCoroutineFailure);
+  }
+}
+
+ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics)
+    : config_(std::move(config)), registry_(registry), metrics_(metrics), shared_(metrics) {
+  shared_.max_connections = config_->limits.max_connections;
+  shared_.backend_host = config_->backend.port == 80
+                             ? config_->backend.host
+                             : config_->backend.host + ":" + std::to_string(config_->backend.port);
+}
+
+ProxyServer::~ProxyServer() { Stop(); }
+
+std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const ProxyConfig> config) {
+  std::vector<RouteRuntime> routes;
+  routes.reserve(config->routes.size());
+  for (const RouteConfig& route : config->routes) {
+    routes.push_back(RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name)});
+  }
+  return std::make_shared<Runtime>(std::move(config), std::move(routes), &metrics_.ForRoute(kNoRouteLabel));
+}
+
+Status ProxyServer::Start() {
+  boost::system::error_code ec;
+  asio::io_context resolver_context;
+  tcp::resolver resolver(resolver_context);
+  auto listen = resolver.resolve(config_->listen.host, std::to_string(config_->listen.port),
+                                 tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || listen.empty()) {
+    return Status::Error("cannot resolve listen address " + config_->listen.ToString() + ": " + ec.message());
+  }
+  auto backend = resolver.resolve(config_->backend.host, std::to_string(config_->backend.port), ec);
+  if (ec || backend.empty()) {
+    return Status::Error("cannot resolve backend " + config_->backend_url + ": " + ec.message());
+  }
+  std::vector<tcp::endpoint> backend_endpoints;
+  for (const auto& entry : backend) backend_endpoints.push_back(entry.endpoint());
+
+  unsigned threads = config_->threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  auto runtime = BuildRuntime(config_);
+  for (unsigned i = 0; i < threads; ++i) {
+    auto worker = std::make_unique<Worker>(shared_, backend_endpoints, *config_);
+    if (Status s = worker->Listen(listen.begin()->endpoint()); !s.ok()) return s;
+    workers_.push_back(std::move(worker));
+  }
+  for (auto& worker : workers_) worker->Start(runtime);
+  LogInfo("listening", {{"listen", config_->listen.ToString()},
+                        {"backend", config_->backend_url},
+                        {"threads", threads},
+                        {"routes", config_->routes.size()}});
+  return Status::Ok();
+}
+
+void ProxyServer::Reload(std::shared_ptr<const ProxyConfig> config) {
+  auto runtime = BuildRuntime(std::move(config));
+  for (auto& worker : workers_) worker->SetRuntime(runtime);
+}
+
+void ProxyServer::BeginShutdown() {
+  shared_.draining.store(true);
+  for (auto& worker : workers_) worker->BeginDrain();
+}
+
+bool ProxyServer::WaitDrained(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (shared_.connections.load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+void ProxyServer::Stop() {
+  for (auto& worker : workers_) worker->Stop();
+}
+
+}  // namespace fencing

@@ -1,1 +1,601 @@
-// placeholder
+#include "server/session.h"
+
+#include "common/log.h"
+#include "fence/token.h"
+#include "routing/path_check.h"
+#include "server/framing.h"
+#include "server/header_rewrite.h"
+#include "server/proxy_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <chrono>
+#include <optional>
+
+namespace fencing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// Relay buffer, held only while a request is being forwarded (idle connections hold none).
+constexpr size_t kRelayBufferSize = 16 * 1024;
+// A rejected request's body up to this size is read and dropped to keep the connection alive;
+// a larger one closes the connection instead of being read.
+constexpr uint64_t kDiscardLimit = 64 * 1024;
+constexpr size_t kFirstReadSize = 4 * 1024;
+constexpr uint64_t kMaxUpstreamHeaderBytes = 64 * 1024;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+
+bool ExpectsContinue(const http::request<http::buffer_body>& req) {
+  return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
+}
+
+bool ResponseHasNoBody(unsigned status, bool head_request) {
+  return head_request || status / 100 == 1 || status == 204 || status == 304;
+}
+
+bool IsTimeout(const boost::system::error_code& ec) { return ec == beast::error::timeout; }
+
+Problem UpstreamProblem(const boost::system::error_code& ec) {
+  Problem p;
+  if (IsTimeout(ec)) {
+    p.status = http::status::gateway_timeout;
+    p.type = "upstream-timeout";
+    p.title = "Backend too slow";
+    p.detail = "the backend did not answer within timeouts.request";
+  } else {
+    p.status = http::status::bad_gateway;
+    p.type = "upstream-unavailable";
+    p.title = "Backend unreachable";
+    p.detail = "the backend could not be reached: " + ec.message();
+  }
+  return p;
+}
+
+// A request waiting on a pending raise. The fence resolves it from any thread; the resolution
+// is posted to the session's thread, where it wakes the waiting coroutine through the timer.
+class RaiseWait : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
+ public:
+  explicit RaiseWait(asio::any_io_executor executor) : timer_(std::move(executor)) {}
+
+  void Resolve(Admission admission, uint64_t max_token) override {
+    asio::post(timer_.get_executor(), [self = shared_from_this(), admission, max_token] {
+      self->resolved_ = true;
+      self->admission_ = admission;
+      self->max_token_ = max_token;
+      self->timer_.cancel();
+    });
+  }
+
+  asio::steady_timer& timer() { return timer_; }
+  bool resolved() const { return resolved_; }
+  Admission admission() const { return admission_; }
+  uint64_t max_token() const { return max_token_; }
+
+ private:
+  asio::steady_timer timer_;
+  bool resolved_ = false;
+  Admission admission_ = Admission::kFailed;
+  uint64_t max_token_ = 0;
+};
+
+// Releases a fence admission and the in-flight gauge on every way out of an exchange.
+class AdmissionGuard {
+ public:
+  AdmissionGuard(Fence* fence, const RouteMetrics& metrics) : fence_(fence), metrics_(metrics) {
+    metrics_.inflight->Increment();
+  }
+  ~AdmissionGuard() {
+    metrics_.inflight->Decrement();
+    if (fence_) fence_->Release();
+  }
+  AdmissionGuard(const AdmissionGuard&) = delete;
+  AdmissionGuard& operator=(const AdmissionGuard&) = delete;
+
+ private:
+  Fence* fence_;
+  const RouteMetrics& metrics_;
+};
+
+}  // namespace
+
+Session::Session(Worker& worker, tcp::socket socket) : worker_(worker), stream_(std::move(socket)) {
+  boost::system::error_code ec;
+  auto remote = stream_.socket().remote_endpoint(ec);
+  client_ip_ = ec ? "unknown" : remote.address().to_string();
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  worker_.Register(this);
+  worker_.shared().metrics.connections().Increment();
+}
+
+Session::~Session() {
+  worker_.Unregister(this);
+  worker_.shared().metrics.connections().Decrement();
+  worker_.shared().connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Session::CloseIfIdle() {
+  if (idle_) {
+    boost::system::error_code ec;
+    stream_.socket().cancel(ec);
+  }
+}
+
+asio::awaitable<void> Session::Run() {
+  auto self = shared_from_this();
+  while (co_await ServeOne()) {
+    if (worker_.shared().draining.load(std::memory_order_relaxed)) break;
+  }
+  if (linger_) co_await LingeringClose();
+  boost::system::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+}
+
+asio::awaitable<bool> Session::ServeOne() {
+  // Wait for the next request without holding a parser; the idle timeout applies here.
+  if (buffer_.size() == 0) {
+    const auto& config = worker_.runtime()->config();
+    idle_ = true;
+    stream_.expires_after(config.timeouts.idle);
+    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+    idle_ = false;
+    if (ec) co_return false;
+    buffer_.commit(n);
+  }
+
+  // One config snapshot for the whole request, even if a reload lands meanwhile.
+  std::shared_ptr<const Runtime> runtime = worker_.runtime();
+  const ProxyConfig& config = runtime->config();
+
+  RequestParser parser;
+  parser.header_limit(static_cast<uint32_t>(std::min<uint64_t>(config.limits.max_header_bytes, UINT32_MAX)));
+  parser.body_limit(config.limits.max_body_bytes);
+  stream_.expires_after(config.timeouts.header_read);
+  auto [read_ec, read_n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
+  if (read_ec) {
+    const RouteMetrics& none = runtime->unmatched_metrics();
+    Problem p;
+    if (read_ec == http::error::header_limit) {
+      p = MakeProblem(http::status::request_header_fields_too_large, "header-too-large",
+                  "Request header too large", "the request header exceeds limits.max_header_bytes");
+    } else if (read_ec == http::error::body_limit) {
+      p = MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
+                  "the request body exceeds limits.max_body_bytes");
+    } else if (read_ec == http::error::end_of_stream || read_ec == asio::error::eof || IsTimeout(read_ec) ||
+               read_ec == asio::error::operation_aborted || read_ec == asio::error::connection_reset) {
+      co_return false;  // the client went away or stalled: nothing to answer
+    } else {
+      p = MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
+                  "the request could not be parsed: " + read_ec.message());
+    }
+    none.Count(Outcome::kRejectedRequest);
+    linger_ = true;
+    co_await WriteProblem(p, 11, false);
+    co_return false;
+  }
+
+  auto& req = parser.get();
+  const RouteMetrics& unmatched = runtime->unmatched_metrics();
+
+  if (FramingCheck framing = CheckRequestFraming(req.base()); !framing.ok) {
+    unmatched.Count(Outcome::kRejectedRequest);
+    co_return co_await Reject(parser,
+                              MakeProblem(http::status::bad_request, "ambiguous-framing", "Ambiguous request framing",
+                                      std::string("the request is refused because it has ") + framing.reason),
+                              true);
+  }
+  if (req.method() == http::verb::connect) {
+    unmatched.Count(Outcome::kRejectedRequest);
+    co_return co_await Reject(parser,
+                              MakeProblem(http::status::method_not_allowed, "method-not-allowed", "Method not allowed",
+                                      "CONNECT is not proxied"),
+                              false);
+  }
+
+  TargetCheck target = CheckRequestTarget(req.target());
+  if (!target.ok) {
+    unmatched.Count(Outcome::kRejectedPath);
+    co_return co_await Reject(parser,
+                              MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
+                                      std::string("the path could reach the backend as another route: ") +
+                                          target.reason),
+                              false);
+  }
+  // Origin-form for the backend: the path and query from the checked target.
+  std::string_view origin_target = req.target();
+  if (!origin_target.empty() && origin_target.front() != '/') {
+    origin_target = origin_target.substr(static_cast<size_t>(target.path.data() - origin_target.data()));
+  }
+
+  const RouteRuntime* route = runtime->Match(target.path);
+  if (!route) {
+    if (config.unmatched == Unmatched::kReject) {
+      unmatched.Count(Outcome::kUnmatched);
+      co_return co_await Reject(parser,
+                                MakeProblem(http::status::not_found, "no-route", "No route",
+                                        "no route matches the path and unmatched is reject"),
+                                false);
+    }
+    co_return co_await Forward(*runtime, parser, origin_target, {}, Outcome::kUnmatched, unmatched);
+  }
+
+  Verdict verdict = co_await Decide(*runtime, *route, parser);
+  if (!verdict.forward) {
+    route->metrics->Count(verdict.outcome);
+    co_return co_await Reject(parser, verdict.problem, false);
+  }
+  std::string_view drop = route->config->forward_token ? std::string_view{} : std::string_view{config.token_header};
+  AdmissionGuard admission(verdict.admitted_fence, *route->metrics);
+  co_return co_await Forward(*runtime, parser, origin_target, drop, verdict.outcome, *route->metrics);
+}
+
+asio::awaitable<Session::Verdict> Session::Decide(const Runtime& runtime, const RouteRuntime& route,
+                                                  RequestParser& parser) {
+  const auto& req = parser.get();
+  const RouteConfig& rc = *route.config;
+  const bool observe = rc.mode == FenceMode::kObserve;
+  Verdict v;
+  v.problem.route = rc.name;
+  v.problem.fence = rc.fence;
+
+  if (!route.FencesMethod(req.method_string())) {
+    v.forward = true;
+    v.outcome = Outcome::kUnfenced;
+    co_return v;
+  }
+
+  const std::string& header = runtime.config().token_header;
+  auto range = req.equal_range(header);
+  size_t count = static_cast<size_t>(std::distance(range.first, range.second));
+  ParsedToken token = ParseTokenHeader(count, count ? std::string_view(range.first->value()) : std::string_view{});
+
+  if (token.status == TokenParse::kMissing) {
+    if (rc.missing_token == MissingToken::kAllow) {
+      v.forward = true;
+      v.outcome = Outcome::kUnfenced;
+    } else if (observe) {
+      v.forward = true;
+      v.outcome = Outcome::kObservedMissing;
+    } else {
+      v.outcome = Outcome::kRejectedMissing;
+      v.problem.status = http::status::precondition_required;
+      v.problem.type = "missing-token";
+      v.problem.title = "Fencing token required";
+      v.problem.detail = "this route fences " + std::string(req.method_string()) + " requests: send the lock's token in " +
+                         header;
+    }
+    co_return v;
+  }
+  if (token.status == TokenParse::kMalformed) {
+    if (observe) {
+      v.forward = true;
+      v.outcome = Outcome::kObservedMalformed;
+    } else {
+      v.outcome = Outcome::kRejectedMalformed;
+      v.problem.status = http::status::bad_request;
+      v.problem.type = "malformed-token";
+      v.problem.title = "Malformed fencing token";
+      v.problem.detail = std::string(token.reason) + "; " + header + " must be one value of 1-20 ASCII digits, at most 18446744073709551615";
+    }
+    co_return v;
+  }
+
+  uint64_t max_token = 0;
+  Admission admission = co_await WaitForRaise(*route.fence, token.value, &max_token,
+                                              runtime.config().timeouts.request);
+  v.problem.token = token.value;
+  v.problem.max_token = max_token;
+  switch (admission) {
+    case Admission::kAdmitted:
+      v.forward = true;
+      v.outcome = Outcome::kForwarded;
+      v.admitted_fence = route.fence;
+      break;
+    case Admission::kStale:
+      if (observe) {
+        v.forward = true;
+        v.outcome = Outcome::kObservedStale;
+        break;
+      }
+      v.outcome = Outcome::kRejectedStale;
+      v.problem.status = http::status::conflict;
+      v.problem.type = "stale-token";
+      v.problem.title = "Stale fencing token";
+      v.problem.detail = "token " + std::to_string(token.value) + " is below the fence's max_token " +
+                         std::to_string(max_token) + ": a newer lock holder has written";
+      break;
+    case Admission::kFailed:
+    case Admission::kWaiting:  // WaitForRaise never returns kWaiting; treated as a failure
+      if (observe) {
+        v.forward = true;
+        v.outcome = Outcome::kRaiseFailed;
+        break;
+      }
+      v.outcome = Outcome::kRaiseFailed;
+      v.problem.status = http::status::service_unavailable;
+      v.problem.type = "state-unavailable";
+      v.problem.title = "Fence state unavailable";
+      v.problem.detail = admission == Admission::kFailed
+                             ? "the state file could not be written or synced: fenced writes are refused until "
+                               "an operator restarts the proxy"
+                             : "the raise did not become durable within timeouts.request";
+      v.problem.max_token.reset();
+      break;
+  }
+  co_return v;
+}
+
+asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
+                                                 std::chrono::milliseconds deadline) {
+  auto wait = std::make_shared<RaiseWait>(stream_.get_executor());
+  AdmitResult result = fence.Admit(token, *wait);
+  *max_token = result.max_token;
+  if (result.admission != Admission::kWaiting) co_return result.admission;
+
+  wait->timer().expires_after(deadline);
+  for (;;) {
+    co_await wait->timer().async_wait(kTuple);
+    if (wait->resolved()) break;
+    if (fence.Abandon(*wait)) {
+      *max_token = result.max_token;
+      co_return Admission::kWaiting;  // gave up: no admission is held
+    }
+    // The resolution is already on its way to this thread: wait for it.
+    wait->timer().expires_at(Clock::time_point::max());
+  }
+  *max_token = wait->max_token();
+  co_return wait->admission();
+}
+
+asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& parser, std::string_view origin_target,
+                                       std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics) {
+  const ProxyConfig& config = runtime.config();
+  auto& req = parser.get();
+  const auto started = Clock::now();
+  const auto deadline = started + config.timeouts.request;
+  const bool head_request = req.method() == http::verb::head;
+  bool client_keep_alive = req.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
+
+  // The whole exchange is bounded by timeouts.request: an admitted write must end (or be cut
+  // off) in bounded time, or a raise waiting for it would wait forever.
+  stream_.expires_at(deadline);
+
+  if (!parser.is_done() && ExpectsContinue(req)) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    auto [ec, n] = co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
+    if (ec) co_return false;
+  }
+
+  http::request<http::buffer_body> upstream_req;
+  PrepareUpstreamRequest(req.base(), origin_target, client_ip_, worker_.shared().backend_host, drop_header,
+                         upstream_req.base());
+  if (req.has_content_length()) {
+    upstream_req.set(http::field::content_length, req[http::field::content_length]);
+  } else if (req.chunked()) {
+    upstream_req.chunked(true);
+  }
+
+  auto relay_buffer = std::make_unique<char[]>(kRelayBufferSize);
+  char* buf = relay_buffer.get();
+  boost::system::error_code ec;
+  std::unique_ptr<UpstreamConnection> upstream = co_await worker_.pool().Acquire(ec);
+
+  auto fail = [&](const boost::system::error_code& error) -> asio::awaitable<bool> {
+    metrics.Count(Outcome::kUpstreamError);
+    Problem p = UpstreamProblem(error);
+    co_return co_await Reject(parser, p, !parser.is_done());
+  };
+  if (!upstream) co_return co_await fail(ec);
+  upstream->stream.expires_at(deadline);
+
+  // Request: head and body, streamed. The first write carries the head with the first body
+  // bytes (one writev); a reused connection that turns out dead on that write is replaced once.
+  std::optional<http::request_serializer<http::buffer_body>> serializer;
+  serializer.emplace(upstream_req);
+  bool first_write = true;
+  bool single_write = true;  // the whole request went out in the first write (it can be resent)
+  while (!serializer->is_done()) {
+    if (!parser.is_done()) {
+      req.body().data = buf;
+      req.body().size = kRelayBufferSize;
+      auto [rec, rn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+      if (rec == http::error::need_buffer) rec = {};
+      if (rec) {
+        // The client failed mid-body: the backend got a truncated request, drop that connection.
+        metrics.Count(Outcome::kRejectedRequest);
+        if (rec == http::error::body_limit) {
+          co_await WriteProblem(MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
+                                        "the request body exceeds limits.max_body_bytes"),
+                                req.version(), false);
+        }
+        co_return false;
+      }
+      upstream_req.body().data = buf;
+      upstream_req.body().size = kRelayBufferSize - req.body().size;
+      upstream_req.body().more = !parser.is_done();
+    } else {
+      upstream_req.body().data = nullptr;
+      upstream_req.body().size = 0;
+      upstream_req.body().more = false;
+    }
+    if (!first_write) single_write = false;
+    auto [wec, wn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
+    if (wec == http::error::need_buffer) wec = {};
+    if (wec && first_write && upstream->reused) {
+      upstream = co_await worker_.pool().Connect(ec);
+      if (!upstream) co_return co_await fail(ec);
+      upstream->stream.expires_at(deadline);
+      serializer.emplace(upstream_req);
+      auto [rwec, rwn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
+      wec = rwec == http::error::need_buffer ? boost::system::error_code{} : rwec;
+    }
+    if (wec) co_return co_await fail(wec);
+    first_write = false;
+  }
+
+  // Response head; 1xx interim responses are dropped (the proxy answered 100-continue itself).
+  std::optional<http::response_parser<http::buffer_body>> response_parser;
+  for (int attempt = 0;; ++attempt) {
+    response_parser.emplace();
+    response_parser->header_limit(kMaxUpstreamHeaderBytes);
+    response_parser->body_limit(boost::none);
+    if (head_request) response_parser->skip(true);
+    auto [hec, hn] = co_await http::async_read_header(upstream->stream, upstream->buffer, *response_parser, kTuple);
+    if (!hec) {
+      unsigned status = response_parser->get().result_int();
+      if (status / 100 == 1 && status != 101) {
+        --attempt;
+        continue;
+      }
+      break;
+    }
+    // A pooled connection the backend closed just before this request: resend once on a new
+    // one if the whole request is still in hand.
+    bool closed_before_answer = hec == http::error::end_of_stream || hec == asio::error::connection_reset;
+    if (attempt == 0 && closed_before_answer && upstream->reused && single_write) {
+      upstream = co_await worker_.pool().Connect(ec);
+      if (!upstream) co_return co_await fail(ec);
+      upstream->stream.expires_at(deadline);
+      serializer.emplace(upstream_req);
+      auto [rwec, rwn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
+      if (rwec && rwec != http::error::need_buffer) co_return co_await fail(rwec);
+      continue;
+    }
+    co_return co_await fail(hec);
+  }
+
+  auto& upstream_res = response_parser->get();
+  const unsigned status = upstream_res.result_int();
+  const bool no_body = ResponseHasNoBody(status, head_request);
+  const bool upstream_keep_alive = upstream_res.keep_alive();
+
+  http::response<http::buffer_body> client_res;
+  client_res.result(status);
+  client_res.reason(upstream_res.reason());
+  client_res.version(req.version() >= 11 ? 11 : 10);
+  CopyEndToEndFields(upstream_res.base(), client_res.base(), {});
+  if (upstream_res.has_content_length()) {
+    client_res.set(http::field::content_length, upstream_res[http::field::content_length]);
+  } else if (!no_body) {
+    // Chunked or close-delimited from the backend: chunked to an HTTP/1.1 client, close-delimited
+    // to an HTTP/1.0 one.
+    if (client_res.version() >= 11) {
+      client_res.chunked(true);
+    } else {
+      client_keep_alive = false;
+    }
+  }
+  client_res.keep_alive(client_keep_alive);
+
+  http::response_serializer<http::buffer_body> response_serializer{client_res};
+  bool response_started = false;
+  while (!response_serializer.is_done()) {
+    if (!no_body && !response_parser->is_done()) {
+      upstream_res.body().data = buf;
+      upstream_res.body().size = kRelayBufferSize;
+      auto [rec, rn] = co_await http::async_read(upstream->stream, upstream->buffer, *response_parser, kTuple);
+      if (rec == http::error::need_buffer) rec = {};
+      if (rec) {
+        if (!response_started) co_return co_await fail(rec);
+        metrics.Count(Outcome::kUpstreamError);
+        co_return false;  // the client saw a partial response: closing tells it so
+      }
+      client_res.body().data = buf;
+      client_res.body().size = kRelayBufferSize - upstream_res.body().size;
+      client_res.body().more = !response_parser->is_done();
+    } else {
+      client_res.body().data = nullptr;
+      client_res.body().size = 0;
+      client_res.body().more = false;
+    }
+    auto [wec, wn] = co_await http::async_write(stream_, response_serializer, kTuple);
+    if (wec == http::error::need_buffer) wec = {};
+    response_started = true;
+    if (wec) {
+      metrics.Count(outcome);
+      co_return false;  // the client went away; the backend connection is dropped with it
+    }
+  }
+
+  metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  metrics.Count(outcome);
+  if (upstream_keep_alive && (no_body || response_parser->is_done())) {
+    worker_.pool().Release(std::move(upstream));
+  }
+  // A request body the backend did not wait for is still to be read before the next request.
+  if (!parser.is_done()) co_return false;
+  co_return client_keep_alive;
+}
+
+asio::awaitable<bool> Session::Reject(RequestParser& parser, const Problem& problem, bool force_close) {
+  const auto& req = parser.get();
+  // Decide on the head: the body of a rejected request is never forwarded, and read only when it
+  // is small and already on its way (no 100-continue was asked for).
+  bool body_pending = !parser.is_done();
+  bool keep_alive = req.keep_alive() && !force_close && !worker_.shared().draining.load(std::memory_order_relaxed);
+  bool discard = false;
+  if (body_pending && keep_alive) {
+    auto length = parser.content_length();
+    discard = !ExpectsContinue(req) && length && *length <= kDiscardLimit;
+    keep_alive = discard;
+  }
+  const auto& config = worker_.runtime()->config();
+  stream_.expires_after(config.timeouts.request);
+  if (!co_await WriteProblem(problem, req.version(), keep_alive)) co_return false;
+  if (discard) co_return co_await DiscardBody(parser);
+  if (body_pending) linger_ = true;
+  co_return keep_alive;
+}
+
+asio::awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
+  auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
+  auto [ec, n] = co_await http::async_write(stream_, response, kTuple);
+  co_return !ec && keep_alive;
+}
+
+asio::awaitable<bool> Session::DiscardBody(RequestParser& parser) {
+  char scratch[1024];
+  stream_.expires_after(worker_.runtime()->config().timeouts.header_read);
+  while (!parser.is_done()) {
+    parser.get().body().data = scratch;
+    parser.get().body().size = sizeof scratch;
+    auto [ec, n] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+    if (ec == http::error::need_buffer) continue;
+    if (ec) co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<void> Session::LingeringClose() {
+  // Closing a socket with unread input makes the kernel send RST, which can destroy the response
+  // still in flight to the client. Half-close, then drain briefly (as nginx's lingering_close).
+  boost::system::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  stream_.expires_after(kLingerTime);
+  char scratch[1024];
+  size_t drained = 0;
+  while (drained < 1024 * 1024) {
+    auto [rec, n] = co_await stream_.async_read_some(asio::buffer(scratch), kTuple);
+    if (rec) break;
+    drained += n;
+  }
+}
+
+}  // namespace fencing

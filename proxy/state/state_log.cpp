@@ -1,1 +1,262 @@
-// placeholder
+#include "state/state_log.h"
+
+#include <boost/crc.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+namespace fencing {
+namespace {
+
+using Crc32cComputer = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
+
+void PutU16(std::string* out, uint16_t v) {
+  out->push_back(static_cast<char>(v & 0xff));
+  out->push_back(static_cast<char>(v >> 8));
+}
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint16_t GetU16(const char* p) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(p[0]) | (static_cast<uint8_t>(p[1]) << 8));
+}
+
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+bool IsFenceNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+// Decodes the record at the start of data into *record and its size into *size; on failure,
+// *reason says what is wrong with it (the caller decides torn tail or corruption).
+bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std::string* reason) {
+  if (data.size() < kRecordHeaderSize) {
+    *reason = "incomplete record header (" + std::to_string(data.size()) + " of " +
+              std::to_string(kRecordHeaderSize) + " bytes)";
+    return false;
+  }
+  const uint32_t stored_crc = GetU32(data.data());
+  const size_t length = GetU16(data.data() + 4);
+  const uint8_t type = static_cast<uint8_t>(data[6]);
+  // Checked before the CRC so that a damaged length never makes us read past a record's bound.
+  if (length < kMinSetMaxPayload || length > kMaxSetMaxPayload) {
+    *reason = "payload length " + std::to_string(length) + " out of range " +
+              std::to_string(kMinSetMaxPayload) + ".." + std::to_string(kMaxSetMaxPayload);
+    return false;
+  }
+  if (data.size() < kRecordHeaderSize + length) {
+    *reason = "incomplete record (" + std::to_string(data.size()) + " of " +
+              std::to_string(kRecordHeaderSize + length) + " bytes)";
+    return false;
+  }
+  const std::string_view covered = data.substr(6, 1 + length);  // type + payload
+  if (UnmaskCrc(stored_crc) != Crc32c(covered)) {
+    *reason = "checksum mismatch";
+    return false;
+  }
+  if (type != kRecordTypeSetMax) {
+    *reason = "unknown record type " + std::to_string(type);
+    return false;
+  }
+  const char* payload = data.data() + kRecordHeaderSize;
+  const size_t name_size = static_cast<uint8_t>(payload[8]);
+  if (name_size + kSetMaxFixedPayload != length) {
+    *reason = "name length " + std::to_string(name_size) + " does not match payload length " +
+              std::to_string(length);
+    return false;
+  }
+  std::string_view name(payload + kSetMaxFixedPayload, name_size);
+  if (!IsValidFenceName(name)) {
+    *reason = "invalid fence name";
+    return false;
+  }
+  record->token = GetU64(payload);
+  record->fence.assign(name);
+  *size = kRecordHeaderSize + length;
+  return true;
+}
+
+}  // namespace
+
+uint32_t Crc32c(std::string_view data) {
+  Crc32cComputer crc;
+  crc.process_bytes(data.data(), data.size());
+  return crc.checksum();
+}
+
+uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kCrcMaskDelta; }
+
+uint32_t UnmaskCrc(uint32_t masked) {
+  const uint32_t rotated = masked - kCrcMaskDelta;
+  return (rotated >> 17) | (rotated << 15);
+}
+
+bool IsValidFenceName(std::string_view name) {
+  return !name.empty() && name.size() <= kMaxFenceNameSize &&
+         std::all_of(name.begin(), name.end(), IsFenceNameChar);
+}
+
+std::string EncodeHeader() {
+  std::string header(kMagic);
+  PutU32(&header, kFormatVersion);
+  PutU32(&header, MaskCrc(Crc32c(header)));
+  return header;
+}
+
+HeaderCheck CheckHeader(std::string_view file, std::string* reason) {
+  const std::string expected = EncodeHeader();
+  if (file.size() < kHeaderSize) {
+    if (file == std::string_view(expected).substr(0, file.size())) return HeaderCheck::kTornCreation;
+    *reason = "file is " + std::to_string(file.size()) + " bytes, shorter than the " +
+              std::to_string(kHeaderSize) + "-byte header, and not a partly written header";
+    return HeaderCheck::kInvalid;
+  }
+  if (file.substr(0, kMagic.size()) != kMagic) {
+    *reason = "not a fencing-proxy state file (bad magic)";
+    return HeaderCheck::kInvalid;
+  }
+  // Version before CRC: a later version may lay its header out differently.
+  const uint32_t version = GetU32(file.data() + kMagic.size());
+  if (version != kFormatVersion) {
+    *reason = "unsupported format version " + std::to_string(version) + " (this build reads version " +
+              std::to_string(kFormatVersion) + ")";
+    return HeaderCheck::kInvalid;
+  }
+  if (UnmaskCrc(GetU32(file.data() + kHeaderCrcOffset)) != Crc32c(file.substr(0, kHeaderCrcOffset))) {
+    *reason = "header checksum mismatch";
+    return HeaderCheck::kInvalid;
+  }
+  return HeaderCheck::kValid;
+}
+
+void EncodeRecord(const FenceRecord& record, std::string* out) {
+  std::string body;  // type + payload: what the CRC covers
+  body.push_back(static_cast<char>(kRecordTypeSetMax));
+  PutU64(&body, record.token);
+  body.push_back(static_cast<char>(record.fence.size()));
+  body.append(record.fence);
+  PutU32(out, MaskCrc(Crc32c(body)));
+  PutU16(out, static_cast<uint16_t>(body.size() - 1));
+  out->append(body);
+}
+
+ReplayResult ReplayRecords(std::string_view file) {
+  ReplayResult result;
+  size_t offset = kHeaderSize;
+  while (offset < file.size()) {
+    FenceRecord record;
+    size_t size = 0;
+    if (!DecodeRecord(file.substr(offset), &record, &size, &result.reason)) {
+      // One interrupted append leaves less than one maximal record behind; more is damage.
+      if (file.size() - offset < kMaxRecordSize) {
+        result.torn_tail = true;
+      } else {
+        result.corrupt = true;
+      }
+      break;
+    }
+    uint64_t& max = result.maxima[record.fence];
+    max = std::max(max, record.token);
+    ++result.records;
+    offset += size;
+    result.valid_end = offset;
+  }
+  return result;
+}
+
+bool WriteFully(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {  // no progress and no error: do not spin
+      errno = EIO;
+      return false;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+std::string ParentDirectory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status SyncDirectory(const std::string& dir) {
+  int fd;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::Error(dir + ": cannot open directory to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::Error(dir + ": fsync of directory failed: " + std::strerror(err));
+  return Status::Ok();
+}
+
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd) {
+  const std::string tmp = path + ".tmp";
+  std::string data = EncodeHeader();
+  for (const auto& [fence, token] : maxima) {
+    if (!IsValidFenceName(fence)) return Status::Error(path + ": invalid fence name \"" + fence + "\"");
+    EncodeRecord(FenceRecord{fence, token}, &data);
+  }
+
+  // A leftover from a crashed snapshot is garbage; O_EXCL then guarantees a fresh inode.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    return Status::Error(tmp + ": cannot remove stale snapshot: " + std::strerror(errno));
+  }
+  int fd;
+  do {
+    fd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::Error(tmp + ": cannot create snapshot: " + std::strerror(errno));
+
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::Error(tmp + ": " + what + ": " + std::strerror(err));
+  };
+  // Locked before it gets the real name, so no other process can take the new file's lock.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return fail("cannot lock snapshot", errno);
+  if (!WriteFully(fd, data)) return fail("write failed", errno);
+  if (::fdatasync(fd) != 0) return fail("fdatasync failed", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename over " + path, errno);
+
+  Status dir = SyncDirectory(ParentDirectory(path));
+  if (locked_fd != nullptr && dir.ok()) {
+    *locked_fd = fd;
+  } else {
+    ::close(fd);
+  }
+  return dir;
+}
+
+}  // namespace fencing

@@ -12,6 +12,8 @@
 
 namespace fencing {
 
+class StateStoreTestPeer;  // tests/unit/state_test.cpp: reaches the fd to inject I/O failures
+
 struct FenceRecord {
   std::string fence;  // [a-z0-9_-]{1,64}
   uint64_t token = 0;
@@ -40,6 +42,8 @@ class StateStore {
 
   const std::string& path() const { return path_; }
   const FenceMaxima& maxima() const { return maxima_; }  // as replayed plus every append since
+  // maxima(), failed() and sync_count() are not synchronized: read them before a StateWriter
+  // starts or after it is destroyed (StateWriter::failed() is the thread-safe view).
   uint64_t torn_tail_bytes() const { return torn_tail_bytes_; }
 
   // Appends the records with one write(2) and makes them durable with one fdatasync(2).
@@ -47,8 +51,11 @@ class StateStore {
   // retried on the same file (a failed fsync may have dropped the dirty pages).
   Status AppendAndSync(const std::vector<FenceRecord>& records);
   bool failed() const { return failed_; }
+  // Successful fdatasyncs by AppendAndSync (group-commit tests and diagnostics).
+  uint64_t sync_count() const { return sync_count_; }
 
  private:
+  friend class StateStoreTestPeer;
   StateStore() = default;
 
   std::string path_;
@@ -56,6 +63,8 @@ class StateStore {
   FenceMaxima maxima_;
   uint64_t torn_tail_bytes_ = 0;
   bool failed_ = false;
+  bool read_only_ = false;
+  uint64_t sync_count_ = 0;
 };
 
 }  // namespace fencing

@@ -42,6 +42,7 @@ class StateWriter {
   std::deque<Pending> queue_;
   bool stopping_ = false;
   bool failed_ = false;
+  bool exited_ = false;  // Run() has returned: a late Submit is answered by the caller's thread
   std::thread thread_;
 };
 

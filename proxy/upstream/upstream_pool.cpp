@@ -1,1 +1,72 @@
-// placeholder
+#include "upstream/upstream_pool.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+
+namespace fencing {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> endpoints,
+                           std::chrono::milliseconds connect_timeout, size_t max_idle)
+    : ioc_(ioc), endpoints_(std::move(endpoints)), connect_timeout_(connect_timeout), max_idle_(max_idle) {}
+
+UpstreamPool::~UpstreamPool() = default;
+
+asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
+  if (!idle_.empty()) {
+    std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
+    idle_.pop_back();
+    // Stop watching for the backend's close; the aborted wait completes without touching it.
+    connection->stream.socket().cancel(ec);
+    ec = {};
+    connection->reused = true;
+    co_return connection;
+  }
+  co_return co_await Connect(ec);
+}
+
+asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {
+  auto connection = std::make_unique<UpstreamConnection>(ioc_);
+  connection->stream.expires_after(connect_timeout_);
+  auto [connect_ec, endpoint] =
+      co_await connection->stream.async_connect(endpoints_, asio::as_tuple(asio::use_awaitable));
+  if (connect_ec) {
+    ec = connect_ec;
+    co_return nullptr;
+  }
+  connection->stream.socket().set_option(tcp::no_delay(true), ec);
+  ec = {};
+  co_return connection;
+}
+
+void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> connection) {
+  if (!connection->stream.socket().is_open() || connection->buffer.size() != 0) return;  // unusable
+  if (idle_.size() >= max_idle_) {
+    // The least recently used connection goes, so the pool keeps the warm ones.
+    idle_.erase(idle_.begin());
+  }
+  connection->stream.expires_never();
+  idle_.push_back(Idle{next_id_++, std::move(connection)});
+  WatchIdle(idle_.back());
+}
+
+void UpstreamPool::WatchIdle(Idle& idle) {
+  // An idle keep-alive connection must stay silent. If it becomes readable, the backend closed
+  // it (or sent garbage): drop it now rather than fail the next request on it.
+  uint64_t id = idle.id;
+  idle.connection->stream.socket().async_wait(tcp::socket::wait_read, [this, id](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;  // acquired, or the pool is closing
+    DropIdle(id);
+  });
+}
+
+void UpstreamPool::DropIdle(uint64_t id) {
+  auto it = std::find_if(idle_.begin(), idle_.end(), [id](const Idle& idle) { return idle.id == id; });
+  if (it != idle_.end()) idle_.erase(it);
+}
+
+}  // namespace fencing

@@ -1,0 +1,43 @@
+#pragma once
+// The admin listener: /metrics, /healthz, /readyz, /fences. Its own thread and io_context, so
+// a flood of proxied traffic never starves the probes that decide whether the pod gets traffic.
+// Read-only: nothing here changes a fence.
+
+#include "common/status.h"
+#include "config/config.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace fencing {
+
+class FenceRegistry;
+class Metrics;
+
+class AdminServer {
+ public:
+  // ready() tells /readyz whether the proxy accepts requests (not draining, state healthy).
+  AdminServer(const HostPort& listen, Metrics& metrics, FenceRegistry& registry, std::function<bool()> ready);
+  ~AdminServer();
+
+  Status Start();
+  void Stop();
+
+ private:
+  boost::asio::io_context ioc_{1};
+  HostPort listen_;
+  Metrics& metrics_;
+  FenceRegistry& registry_;
+  std::function<bool()> ready_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+// The /fences document: {"fences": {"NAME": {"max_token", "pending", "inflight", "waiting"}}}.
+std::string FencesJson(const FenceRegistry& registry);
+
+}  // namespace fencing

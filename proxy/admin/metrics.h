@@ -1,0 +1,91 @@
+#pragma once
+// Every metric the proxy exports, declared in one place with the contract's names. Hot-path code
+// holds plain pointers resolved once per route or fence, so counting is an atomic add, never a
+// label lookup.
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace fencing {
+
+// The `outcome` label of fencing_proxy_requests_total. Each request counts exactly once.
+enum class Outcome {
+  kForwarded,          // a fenced write whose token was admitted, answered by the backend
+  kUnfenced,           // not fenced (method not fenced, or no token with missing_token: allow)
+  kRejectedStale,      // 409
+  kRejectedMissing,    // 428
+  kRejectedMalformed,  // 400: bad token
+  kObservedStale,      // observe mode: would have been 409, forwarded
+  kObservedMissing,    // observe mode: would have been 428, forwarded
+  kObservedMalformed,  // observe mode: would have been 400, forwarded
+  kRaiseFailed,        // 503: the state file could not be written or synced
+  kUpstreamError,      // 502/504: the backend could not be reached or was too slow
+  kRejectedPath,       // 400: a path that could reach the backend as another route
+  kUnmatched,          // no route matched (forwarded, or 404 with unmatched: reject)
+  kRejectedRequest,    // 4xx for the request itself: bad framing, limits, methods
+  kCount
+};
+std::string_view OutcomeName(Outcome outcome);
+
+// The route label used for requests that match no route (route names cannot contain '(').
+inline constexpr std::string_view kNoRouteLabel = "(none)";
+
+struct RouteMetrics {
+  std::array<prometheus::Counter*, static_cast<size_t>(Outcome::kCount)> outcomes{};
+  prometheus::Gauge* inflight = nullptr;
+  prometheus::Histogram* upstream_seconds = nullptr;
+
+  void Count(Outcome outcome) const { outcomes[static_cast<size_t>(outcome)]->Increment(); }
+};
+
+struct FenceMetrics {
+  prometheus::Gauge* max_token = nullptr;
+  prometheus::Counter* raises = nullptr;
+  prometheus::Histogram* raise_wait_seconds = nullptr;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  // Stable pointers, created on first use (thread-safe; not for the per-request path).
+  const RouteMetrics& ForRoute(std::string_view route);
+  const FenceMetrics& ForFence(std::string_view fence);
+
+  prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
+  prometheus::Gauge& connections() { return *connections_; }
+  prometheus::Counter& connections_refused() { return *connections_refused_; }
+  prometheus::Counter& state_write_failures() { return *state_write_failures_; }
+
+  // The Prometheus text exposition of everything above.
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_total_;
+  prometheus::Family<prometheus::Gauge>* inflight_requests_;
+  prometheus::Family<prometheus::Histogram>* upstream_request_seconds_;
+  prometheus::Family<prometheus::Gauge>* max_token_;
+  prometheus::Family<prometheus::Counter>* token_raises_total_;
+  prometheus::Family<prometheus::Histogram>* raise_wait_seconds_;
+  prometheus::Histogram* state_sync_seconds_;
+  prometheus::Gauge* connections_;
+  prometheus::Counter* connections_refused_;
+  prometheus::Counter* state_write_failures_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;
+  std::map<std::string, std::unique_ptr<FenceMetrics>, std::less<>> fences_;
+};
+
+}  // namespace fencing

@@ -1,0 +1,112 @@
+#pragma once
+// One fence: a durable max_token plus the writes admitted under it. This is the order guarantee:
+//
+//   token <  max (or < a pending raise)      -> stale, rejected at once (never waits)
+//   token == max, no raise pending           -> admitted, no disk I/O
+//   token >  max (and >= any pending raise)  -> becomes the pending raise; waits until every
+//                                               admitted write has completed, is made durable,
+//                                               then its waiters are admitted together
+//
+// So at any moment every admitted write of a fence carries the same token, and the backend never
+// sees a lower token after (or while) it sees a higher one. The class knows nothing of sockets,
+// threads or files: persistence and wake-ups go through small interfaces, so tests can drive it
+// with a virtual clock and seeded schedules.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace fencing {
+
+struct FenceMetrics;
+
+enum class Admission {
+  kAdmitted,  // forward now; call Release() when the exchange with the backend has ended
+  kWaiting,   // a raise is pending; the waiter will be told the result
+  kStale,     // reject with 409; max_token says what to report
+  kFailed,    // the state store has failed: reject with 503, fenced writes are off
+};
+
+struct AdmitResult {
+  Admission admission;
+  uint64_t max_token;  // the max a stale token lost to (durable max, or the pending raise)
+};
+
+// A request waiting for a raise. Resolve is called exactly once, on any thread, with no fence
+// lock held; kAdmitted means the request now holds an admission and must Release() it.
+class RaiseWaiter {
+ public:
+  virtual void Resolve(Admission admission, uint64_t max_token) = 0;
+
+ protected:
+  ~RaiseWaiter() = default;
+};
+
+class Fence;
+
+// Makes a raise durable; must later call fence.OnPersisted(token, ok) exactly once, on any thread
+// (it may call it before Persist returns).
+class FencePersister {
+ public:
+  virtual void Persist(Fence& fence, uint64_t token) = 0;
+
+ protected:
+  ~FencePersister() = default;
+};
+
+struct FenceSnapshot {
+  uint64_t max_token = 0;
+  uint64_t pending = 0;  // 0: no raise pending
+  uint64_t inflight = 0;
+  uint64_t waiting = 0;
+};
+
+class Fence {
+ public:
+  using Clock = std::function<double()>;  // seconds, monotonic; injectable for tests
+
+  // state_failed is shared by every fence: one failed sync stops all fenced writes.
+  Fence(std::string name, uint64_t max_token, FencePersister& persister,
+        const std::atomic<bool>& state_failed, Clock clock, const FenceMetrics* metrics);
+
+  const std::string& name() const { return name_; }
+
+  AdmitResult Admit(uint64_t token, RaiseWaiter& waiter);
+  void Release();                             // one admitted write has completed or was aborted
+  void OnPersisted(uint64_t token, bool ok);  // from the persister
+  // A waiter that gives up (its deadline passed). True if it was still waiting and is now
+  // removed; false if its Resolve is already under way.
+  bool Abandon(RaiseWaiter& waiter);
+
+  FenceSnapshot Snapshot() const;
+
+ private:
+  struct Wakeup {
+    RaiseWaiter* waiter;
+    Admission admission;
+    uint64_t max_token;
+  };
+  // Both called with mu_ held; return what to do once it is released.
+  uint64_t TakeRaiseToPersist();
+  void RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups);
+  void Finish(uint64_t persist_token, std::vector<Wakeup>& wakeups);
+
+  const std::string name_;
+  FencePersister& persister_;
+  const std::atomic<bool>& state_failed_;
+  const Clock clock_;
+  const FenceMetrics* metrics_;
+
+  mutable std::mutex mu_;
+  uint64_t max_token_;            // durable
+  uint64_t inflight_ = 0;         // admitted writes (all carry max_token_)
+  uint64_t pending_ = 0;          // highest token waiting to be raised to; 0 if none
+  uint64_t persisting_ = 0;       // the token the persister is writing now; 0 if none
+  double pending_since_ = 0;      // when the current drain began (raise_wait_seconds)
+  std::vector<RaiseWaiter*> waiters_;  // requests carrying pending_
+};
+
+}  // namespace fencing

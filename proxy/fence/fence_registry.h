@@ -1,0 +1,48 @@
+#pragma once
+// Every fence the proxy knows: those in the state file (kept even when no route names them any
+// more) and those the routes name. Raises are made durable through the StateWriter.
+
+#include "fence/fence.h"
+#include "state/state_writer.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencing {
+
+class Metrics;
+
+class FenceRegistry : private FencePersister {
+ public:
+  // maxima: as replayed from the state file. writer: where raises go.
+  FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, Metrics& metrics);
+
+  // The fence named `name`, created at max_token 0 if new. Pointers stay valid for the
+  // registry's lifetime (fences are never removed: a fence's max must outlive its routes).
+  Fence& GetOrCreate(std::string_view name);
+
+  // False once a state write or sync has failed: fenced writes are refused, /readyz fails.
+  bool healthy() const { return !state_failed_.load(std::memory_order_acquire); }
+
+  struct Entry {
+    std::string name;
+    FenceSnapshot snapshot;
+  };
+  std::vector<Entry> Snapshot() const;
+
+ private:
+  void Persist(Fence& fence, uint64_t token) override;
+
+  StateWriter& writer_;
+  Metrics& metrics_;
+  std::atomic<bool> state_failed_{false};
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Fence>, std::less<>> fences_;
+};
+
+}  // namespace fencing

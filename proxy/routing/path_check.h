@@ -1,0 +1,22 @@
+#pragma once
+// Request-target checks done before routing. A path that the backend could normalise into a
+// different route's path (dot segments, encoded slashes, ...) is refused: one request that
+// slips past a fenced prefix reopens the hole the proxy exists to close.
+
+#include <string_view>
+
+namespace fencing {
+
+struct TargetCheck {
+  bool ok = false;
+  std::string_view path;   // the path part of the target (no query), when ok
+  const char* reason = ""; // why the target was refused, when !ok
+};
+
+// Accepts origin-form ("/a/b?q") and absolute-form ("http://host/a/b?q"; routed by its path).
+// Refuses: empty or other forms, "." and ".." segments, empty segments ("//"), backslashes,
+// "%2e" "%2f" "%5c" "%00" and any percent-encoded unreserved character (a backend may decode
+// "%6Frders" to "orders"), malformed percent escapes, control bytes, spaces and '#'.
+TargetCheck CheckRequestTarget(std::string_view target);
+
+}  // namespace fencing

@@ -1,0 +1,48 @@
+#pragma once
+// The immutable per-config view the request path reads: the route table plus, for each route,
+// its fence and metrics, resolved once. A reload builds a new Runtime and swaps a pointer.
+
+#include "admin/metrics.h"
+#include "config/config.h"
+#include "fence/fence.h"
+#include "routing/route_table.h"
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace fencing {
+
+struct RouteRuntime {
+  const RouteConfig* config;
+  Fence* fence;
+  const RouteMetrics* metrics;
+
+  bool FencesMethod(std::string_view method) const {
+    for (const std::string& m : config->methods) {
+      if (m == method) return true;
+    }
+    return false;
+  }
+};
+
+class Runtime {
+ public:
+  Runtime(std::shared_ptr<const ProxyConfig> config, std::vector<RouteRuntime> routes,
+          const RouteMetrics* unmatched_metrics)
+      : table_(std::move(config)), routes_(std::move(routes)), unmatched_metrics_(unmatched_metrics) {}
+
+  const ProxyConfig& config() const { return table_.config(); }
+  const RouteRuntime* Match(std::string_view path) const {
+    auto index = table_.Match(path);
+    return index ? &routes_[*index] : nullptr;
+  }
+  const RouteMetrics& unmatched_metrics() const { return *unmatched_metrics_; }
+
+ private:
+  RouteTable table_;
+  std::vector<RouteRuntime> routes_;  // same order as config().routes
+  const RouteMetrics* unmatched_metrics_;
+};
+
+}  // namespace fencing

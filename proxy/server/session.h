@@ -1,0 +1,68 @@
+#pragma once
+// One client connection: read a request head, decide on the head alone (path, route, token,
+// fence), then either answer with a problem or forward it and relay both bodies as they stream.
+// A connection lives on one worker thread from accept to close.
+
+#include "admin/metrics.h"
+#include "server/problem.h"
+#include "server/runtime.h"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <memory>
+#include <string>
+
+namespace fencing {
+
+class Worker;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Worker& worker, boost::asio::ip::tcp::socket socket);
+  ~Session();
+
+  // Serves requests until the connection closes. Spawn it with the session held by a shared_ptr.
+  boost::asio::awaitable<void> Run();
+
+  // Shutdown: closes the connection if it is waiting for a next request.
+  void CloseIfIdle();
+
+ private:
+  using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
+
+  // What the fence decided and how to count it.
+  struct Verdict {
+    bool forward = false;
+    Outcome outcome = Outcome::kForwarded;
+    Fence* admitted_fence = nullptr;  // holds an admission to release when the exchange ends
+    Problem problem;                  // when !forward
+  };
+
+  boost::asio::awaitable<bool> ServeOne();  // true: keep the connection for another request
+  boost::asio::awaitable<Verdict> Decide(const Runtime& runtime, const RouteRuntime& route, RequestParser& parser);
+  boost::asio::awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
+                                                 std::chrono::milliseconds deadline);
+  boost::asio::awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
+                                       std::string_view drop_header, Outcome outcome,
+                                       const RouteMetrics& metrics);
+  // Answers with a problem; reads and drops a small unread body to keep the connection, else
+  // closes it. Returns whether the connection may serve another request.
+  boost::asio::awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);
+  boost::asio::awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
+  boost::asio::awaitable<bool> DiscardBody(RequestParser& parser);
+  boost::asio::awaitable<void> LingeringClose();
+
+  Worker& worker_;
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  std::string client_ip_;
+  bool idle_ = false;      // waiting for the first byte of a request
+  bool linger_ = false;    // closing with request bytes possibly still arriving
+};
+
+}  // namespace fencing

@@ -1,0 +1,82 @@
+#pragma once
+// The state file's on-disk format (FORMAT.md beside this file): constants, CRC, record encoding,
+// replay, and the small POSIX helpers the store and `state set` share. No state lives here.
+
+#include "common/status.h"
+#include "state/state_store.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace fencing {
+
+// Header: magic, version, masked CRC of the first 12 bytes.
+inline constexpr std::string_view kMagic = "FENCELOG";
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kHeaderSize = 16;
+inline constexpr size_t kHeaderCrcOffset = 12;
+
+// Record: masked CRC (type + payload), payload length u16, type u8, payload.
+inline constexpr size_t kRecordHeaderSize = 4 + 2 + 1;
+inline constexpr uint8_t kRecordTypeSetMax = 1;
+inline constexpr size_t kMaxFenceNameSize = 64;
+inline constexpr size_t kSetMaxFixedPayload = 8 + 1;  // token, name length
+inline constexpr size_t kMinSetMaxPayload = kSetMaxFixedPayload + 1;
+inline constexpr size_t kMaxSetMaxPayload = kSetMaxFixedPayload + kMaxFenceNameSize;
+// The largest record of any type: a shorter damaged remainder can only be a torn tail.
+inline constexpr size_t kMaxRecordSize = kRecordHeaderSize + kMaxSetMaxPayload;
+static_assert(kMaxRecordSize == 80);
+
+inline constexpr uint32_t kCrcMaskDelta = 0xa282ead8u;
+
+// CRC-32C (Castagnoli) of data.
+uint32_t Crc32c(std::string_view data);
+// Masked so that a CRC over data containing CRCs stays strong.
+uint32_t MaskCrc(uint32_t crc);
+uint32_t UnmaskCrc(uint32_t masked);
+
+// [a-z0-9_-]{1,64}
+bool IsValidFenceName(std::string_view name);
+
+// The 16 bytes every state file starts with.
+std::string EncodeHeader();
+
+enum class HeaderCheck {
+  kValid,         // a complete, good header
+  kTornCreation,  // shorter than the header, every byte a prefix of it: a creation cut short
+  kInvalid,       // anything else; *reason says why
+};
+HeaderCheck CheckHeader(std::string_view file, std::string* reason);
+
+// Appends one encoded SET_MAX record to *out. The name must be valid.
+void EncodeRecord(const FenceRecord& record, std::string* out);
+
+struct ReplayResult {
+  FenceMaxima maxima;
+  uint64_t records = 0;
+  uint64_t valid_end = kHeaderSize;  // file offset just past the last good record
+  bool torn_tail = false;            // the bytes from valid_end on are a torn last record
+  bool corrupt = false;              // damage at valid_end with a full record or more after it
+  std::string reason;                // why the record at valid_end was rejected
+};
+// Replays the records of a whole file whose header was already checked.
+ReplayResult ReplayRecords(std::string_view file);
+
+// --- POSIX helpers (errno-preserving, EINTR handled) ---
+
+// Writes all of data; false with errno set on failure.
+bool WriteFully(int fd, std::string_view data);
+// Makes a directory entry change (create, rename) durable.
+Status SyncDirectory(const std::string& dir);
+// The directory holding path ("." for a bare name).
+std::string ParentDirectory(const std::string& path);
+
+// Replaces path with a snapshot of maxima: PATH.tmp created, locked, written, fdatasync'd,
+// renamed over path, directory fsync'd (FORMAT.md "Snapshot"). Crash-safe: the name always
+// holds the old or the new complete file. If locked_fd is not null it receives the new file's
+// open, flock'ed descriptor (O_RDWR|O_APPEND) for compaction; otherwise it is closed.
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd);
+
+}  // namespace fencing

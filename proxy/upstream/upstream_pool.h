@@ -1,0 +1,59 @@
+#pragma once
+// Keep-alive connections to the backend, one pool per I/O thread: every connection in a pool is
+// used by sessions of that thread only, so the hot path takes no lock.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace fencing {
+
+struct UpstreamConnection {
+  explicit UpstreamConnection(boost::asio::io_context& ioc) : stream(ioc) {}
+  boost::beast::tcp_stream stream;
+  boost::beast::flat_buffer buffer;
+  bool reused = false;  // came from the pool: the backend may have closed it meanwhile
+};
+
+class UpstreamPool {
+ public:
+  UpstreamPool(boost::asio::io_context& ioc, std::vector<boost::asio::ip::tcp::endpoint> endpoints,
+               std::chrono::milliseconds connect_timeout, size_t max_idle);
+  ~UpstreamPool();
+
+  // An idle pooled connection, or a new one (connect bounded by connect_timeout). On failure,
+  // returns null and sets ec.
+  boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec);
+
+  // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
+  boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
+
+  // Gives back a connection whose last exchange ended cleanly and which may be kept alive.
+  void Release(std::unique_ptr<UpstreamConnection> connection);
+
+  size_t idle_count() const { return idle_.size(); }
+
+ private:
+  struct Idle {
+    uint64_t id;
+    std::unique_ptr<UpstreamConnection> connection;
+  };
+  void WatchIdle(Idle& idle);
+  void DropIdle(uint64_t id);
+
+  boost::asio::io_context& ioc_;
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
+  std::chrono::milliseconds connect_timeout_;
+  size_t max_idle_;
+  uint64_t next_id_ = 1;
+  std::vector<Idle> idle_;  // most recently used last
+};
+
+}  // namespace fencing

@@ -1,0 +1,742 @@
+// Route-file loader: every kind of mistake is reported at its exact line:column, defaults hold,
+// and the shipped example files stay valid.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace fencing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Two valid lines; the mistakes in the error table start on line 3.
+const std::string kHead =
+    "backend: http://127.0.0.1:8081\n"
+    "state_file: /var/lib/fp/fences.log\n";
+
+std::string DumpErrors(const ConfigResult& r) {
+  std::string out;
+  for (const ConfigError& e : r.errors) out += "  " + e.ToString() + "\n";
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Valid files
+
+TEST(ConfigTest, MinimalFileGetsEveryDefault) {
+  const ConfigResult r = ParseConfig(kHead, "min.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  ASSERT_TRUE(r.errors.empty());
+  const ProxyConfig& c = *r.config;
+  EXPECT_EQ(c.source_path, "min.yaml");
+  EXPECT_EQ(c.listen.ToString(), "0.0.0.0:8080");
+  EXPECT_EQ(c.admin_listen.ToString(), "127.0.0.1:9901");
+  EXPECT_EQ(c.backend.host, "127.0.0.1");
+  EXPECT_EQ(c.backend.port, 8081);
+  EXPECT_EQ(c.backend_url, "http://127.0.0.1:8081");
+  EXPECT_EQ(c.state_file, "/var/lib/fp/fences.log");
+  EXPECT_EQ(c.token_header, "X-Fencing-Token");
+  EXPECT_EQ(c.threads, 0u);
+  EXPECT_EQ(c.unmatched, Unmatched::kPass);
+  EXPECT_EQ(c.timeouts.connect, milliseconds(2000));
+  EXPECT_EQ(c.timeouts.request, milliseconds(30000));
+  EXPECT_EQ(c.timeouts.idle, milliseconds(60000));
+  EXPECT_EQ(c.timeouts.header_read, milliseconds(10000));
+  EXPECT_EQ(c.timeouts.shutdown, milliseconds(25000));
+  EXPECT_EQ(c.limits.max_header_bytes, 16u * 1024);
+  EXPECT_EQ(c.limits.max_body_bytes, 64ull * 1024 * 1024);
+  EXPECT_EQ(c.limits.max_connections, 10000u);
+  EXPECT_TRUE(c.routes.empty());
+}
+
+TEST(ConfigTest, EveryKeySetToANonDefault) {
+  const std::string text = R"(# leading comment
+listen: "[::]:18080"
+admin_listen: "[::1]:19901"
+backend: "http://[::1]:8081/"
+state_file: ./state/fences.log
+token_header: X-Lock-Token
+threads: 256
+unmatched: reject
+timeouts: { connect: 250ms, request: 1m, idle: 1h, header_read: 3s, shutdown: 24h }
+limits:
+  max_header_bytes: 1KiB
+  max_body_bytes: 1048576
+  max_connections: 1
+routes:
+  - name: orders
+    prefix: /orders
+  - name: orders_v2-archive
+    prefix: /v2/orders/archive
+    fence: orders
+    methods:
+      - DELETE
+      - M-SEARCH
+    missing_token: allow
+    mode: observe
+    forward_token: false
+  - name: all
+    prefix: /
+    methods: [GET]
+)";
+  const ConfigResult r = ParseConfig(text, "full.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  EXPECT_EQ(c.listen.host, "::");
+  EXPECT_EQ(c.listen.port, 18080);
+  EXPECT_EQ(c.listen.ToString(), "[::]:18080");
+  EXPECT_EQ(c.admin_listen.ToString(), "[::1]:19901");
+  EXPECT_EQ(c.backend.ToString(), "[::1]:8081");
+  EXPECT_EQ(c.backend_url, "http://[::1]:8081/");
+  EXPECT_EQ(c.state_file, "./state/fences.log");
+  EXPECT_EQ(c.token_header, "X-Lock-Token");
+  EXPECT_EQ(c.threads, 256u);
+  EXPECT_EQ(c.unmatched, Unmatched::kReject);
+  EXPECT_EQ(c.timeouts.connect, milliseconds(250));
+  EXPECT_EQ(c.timeouts.request, milliseconds(60000));
+  EXPECT_EQ(c.timeouts.idle, milliseconds(3600000));
+  EXPECT_EQ(c.timeouts.header_read, milliseconds(3000));
+  EXPECT_EQ(c.timeouts.shutdown, milliseconds(24 * 3600000));
+  EXPECT_EQ(c.limits.max_header_bytes, 1024u);
+  EXPECT_EQ(c.limits.max_body_bytes, 1048576u);
+  EXPECT_EQ(c.limits.max_connections, 1u);
+  ASSERT_EQ(c.routes.size(), 3u);
+
+  const RouteConfig& orders = c.routes[0];
+  EXPECT_EQ(orders.name, "orders");
+  EXPECT_EQ(orders.prefix, "/orders");
+  EXPECT_EQ(orders.fence, "orders");  // defaults to the name
+  EXPECT_EQ(orders.methods, (std::vector<std::string>{"POST", "PUT", "PATCH", "DELETE"}));
+  EXPECT_EQ(orders.missing_token, MissingToken::kReject);
+  EXPECT_EQ(orders.mode, FenceMode::kEnforce);
+  EXPECT_TRUE(orders.forward_token);
+
+  const RouteConfig& archive = c.routes[1];
+  EXPECT_EQ(archive.name, "orders_v2-archive");
+  EXPECT_EQ(archive.prefix, "/v2/orders/archive");
+  EXPECT_EQ(archive.fence, "orders");
+  EXPECT_EQ(archive.methods, (std::vector<std::string>{"DELETE", "M-SEARCH"}));
+  EXPECT_EQ(archive.missing_token, MissingToken::kAllow);
+  EXPECT_EQ(archive.mode, FenceMode::kObserve);
+  EXPECT_FALSE(archive.forward_token);
+
+  EXPECT_EQ(c.routes[2].prefix, "/");
+  EXPECT_EQ(c.routes[2].methods, (std::vector<std::string>{"GET"}));
+}
+
+TEST(ConfigTest, PartialTimeoutsAndLimitsKeepOtherDefaults) {
+  const ConfigResult r = ParseConfig(kHead +
+                                         "timeouts: { connect: 5s }\n"
+                                         "limits: { max_body_bytes: 1GiB }\n",
+                                     "f.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  EXPECT_EQ(r.config->timeouts.connect, milliseconds(5000));
+  EXPECT_EQ(r.config->timeouts.request, milliseconds(30000));
+  EXPECT_EQ(r.config->limits.max_body_bytes, 1ull << 30);
+  EXPECT_EQ(r.config->limits.max_header_bytes, 16u * 1024);
+}
+
+// Inputs that must load; each is a plausible way of writing a valid file.
+TEST(ConfigTest, AcceptedVariants) {
+  const std::vector<std::string> texts = {
+      kHead + "---\n",                                  // a trailing document marker
+      "---\n" + kHead,                                  // a leading one
+      kHead + "timeouts:\n",                            // every timeout commented out
+      kHead + "limits: ~\n",                            //
+      kHead + "routes:\n",                              // every route commented out
+      kHead + "routes: []\n",                           //
+      "backend: HTTP://backend.local\nstate_file: s\n",  // scheme is case-insensitive; port 80
+      "backend: http://[fe80::1%eth0]:81\nstate_file: s\n",
+      kHead + "listen: localhost:8080\n",
+      kHead + "listen: 127.0.0.1:9901\nadmin_listen: 127.0.0.2:9901\n",  // same port, other host
+      kHead + "token_header: x-fencing-token\n",
+      kHead + "limits: { max_header_bytes: 1MiB, max_body_bytes: 18446744073709551615 }\n",
+      kHead + "routes:\n  - name: a\n    prefix: \"/a:b@c/~x/(y)/it's/$1,2;3=4&5+6*7!\"\n",
+      kHead + "routes:\n  - name: a\n    prefix: /a/...b/.c/d.\n",  // dots inside segments are fine
+      kHead + "routes:\n  - {name: a, prefix: /a}\n  - {name: b, prefix: /a/b, fence: a}\n",
+      kHead + "routes:\n  - name: " + std::string(64, 'n') + "\n    prefix: /a\n",
+  };
+  for (const std::string& text : texts) {
+    const ConfigResult r = ParseConfig(text, "f.yaml");
+    EXPECT_TRUE(r.ok()) << text << "\n" << DumpErrors(r);
+  }
+}
+
+TEST(ConfigTest, BackendWithoutPortIsPort80) {
+  const ConfigResult r = ParseConfig("backend: http://legacy\nstate_file: s\n", "f.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  EXPECT_EQ(r.config->backend.host, "legacy");
+  EXPECT_EQ(r.config->backend.port, 80);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mistakes: one error each, at an exact position.
+
+struct ErrorCase {
+  const char* what;
+  std::string text;
+  int line;
+  int column;
+  const char* message;  // a key part of the message
+};
+
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.what; }
+
+class ConfigErrorTest : public testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigErrorTest, ReportsOneErrorAtItsPosition) {
+  const ErrorCase& c = GetParam();
+  const ConfigResult r = ParseConfig(c.text, "routes.yaml");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.config, nullptr);
+  ASSERT_EQ(r.errors.size(), 1u) << c.what << "\n" << DumpErrors(r);
+  const ConfigError& e = r.errors[0];
+  EXPECT_EQ(e.file, "routes.yaml");
+  EXPECT_EQ(e.line, c.line) << e.ToString();
+  EXPECT_EQ(e.column, c.column) << e.ToString();
+  EXPECT_NE(e.message.find(c.message), std::string::npos)
+      << "message: " << e.message << "\nexpected to contain: " << c.message;
+}
+
+const std::string kState = "state_file: s\n";  // backend cases: the backend is on line 2, col 10
+
+const ErrorCase kFileErrors[] = {
+    {"empty file", "", 1, 1, "the route file is empty"},
+    {"only comments", "# nothing yet\n\n", 1, 1, "the route file is empty"},
+    {"top level is a list", "- backend\n", 1, 1, "expected a mapping of settings"},
+    {"top level is a scalar", "hello\n", 1, 1, "expected a mapping of settings (key: value) at the top level, got 'hello'"},
+    {"second document", kHead + "---\nlisten: 0.0.0.0:1\n", 4, 1, "one YAML document"},
+    {"syntax: unclosed flow", kHead + "listen: [1\n", 4, 1, "YAML syntax error"},
+    {"syntax: nested plain map", kHead + "unmatched: a: b\n", 3, 13, "YAML syntax error: illegal map value"},
+    {"syntax: bad indentation", kHead + "timeouts:\n  connect: 1s\n request: 2s\n", 5, 2, "YAML syntax error"},
+    {"missing backend", "state_file: s\n", 1, 1, "missing required key 'backend'"},
+    {"missing state_file", "# routes\n\nbackend: http://a:1\n", 3, 1, "missing required key 'state_file'"},
+};
+
+const ErrorCase kKeyErrors[] = {
+    {"misspelt key", kHead + "lsten: 0.0.0.0:80\n", 3, 1, "unknown key 'lsten'; did you mean 'listen'?"},
+    {"misspelt key, case", kHead + "Backend: x\n", 3, 1, "did you mean 'backend'?"},
+    {"misspelt key, distance 2", kHead + "treads: 1\n", 3, 1, "did you mean 'threads'?"},
+    {"unknown key, far", kHead + "colour: red\n", 3, 1, "unknown key 'colour' (known keys: listen,"},
+    {"nested key at top level", kHead + "timeouts:\nconnect: 2s\n", 4, 1, "it belongs in timeouts"},
+    {"merge key", kHead + "<<: {threads: 1}\n", 3, 1, "merge keys are not supported"},
+    {"duplicate key", kHead + "threads: 1\nthreads: 2\n", 4, 1, "duplicate key 'threads' (first at line 3)"},
+    {"duplicate required key", kHead + "backend: http://b:1\n", 3, 1, "duplicate key 'backend' (first at line 1)"},
+    {"duplicate key, flow", kHead + "timeouts: { idle: 1s, idle: 2s }\n", 3, 23, "timeouts: duplicate key 'idle'"},
+    {"duplicate key, route", kHead + "routes:\n  - name: a\n    prefix: /a\n    name: b\n", 6, 5,
+     "routes[0]: duplicate key 'name' (first at line 4)"},
+    {"key is a list", kHead + "? [a]\n: 1\n", 3, 3, "expected a key name, got a list"},
+};
+
+const ErrorCase kListenErrors[] = {
+    {"listen: port alone", kHead + "listen: 8080\n", 3, 9, "a port alone is not an address"},
+    {"listen: no port", kHead + "listen: localhost\n", 3, 9, "the port is required"},
+    {"listen: v6 no port", kHead + "listen: '[::1]'\n", 3, 9, "the port is required"},
+    {"listen: no host", kHead + "listen: ':8080'\n", 3, 9, "missing host"},
+    {"listen: bare v6", kHead + "listen: '::1:8080'\n", 3, 9, "must be in brackets"},
+    {"listen: unclosed bracket", kHead + "listen: '[::1:8080'\n", 3, 9, "missing ']'"},
+    {"listen: junk after bracket", kHead + "listen: '[::1]8080'\n", 3, 9, "expected ':' and a port after ']'"},
+    {"listen: not v6", kHead + "listen: '[1.2.3.4]:80'\n", 3, 9, "is not an IPv6 address"},
+    {"listen: port 0", kHead + "listen: 0.0.0.0:0\n", 3, 9, "port must be from 1 to 65535"},
+    {"listen: port 65536", kHead + "listen: 0.0.0.0:65536\n", 3, 9, "port must be from 1 to 65535"},
+    {"listen: port name", kHead + "listen: 0.0.0.0:http\n", 3, 9, "port 'http' is not a number"},
+    {"listen: empty port", kHead + "listen: '0.0.0.0:'\n", 3, 9, "missing port"},
+    {"listen: bad v4", kHead + "listen: 256.0.0.1:80\n", 3, 9, "not a valid IPv4 address"},
+    {"listen: bad name", kHead + "listen: 'a b:80'\n", 3, 9, "not a valid host name"},
+    {"listen: mapping", kHead + "listen: {host: a, port: 1}\n", 3, 9, "listen: expected a string, got a mapping"},
+    {"listen: list", kHead + "listen: [a, b]\n", 3, 9, "listen: expected a string, got a list"},
+    {"listen: empty value", kHead + "listen:\n", 3, 1, "listen: expected a string, got nothing"},
+    {"listen: explicit null", kHead + "listen: ~\n", 3, 9, "listen: expected a string, got nothing"},
+    {"admin_listen: bad", kHead + "admin_listen: 127.0.0.1\n", 3, 15, "admin_listen: expected host:port"},
+    {"listen collides with default admin", kHead + "listen: 0.0.0.0:9901\n", 3, 9,
+     "collides with the default admin_listen 127.0.0.1:9901"},
+    {"admin collides with wildcard listen", kHead + "admin_listen: 127.0.0.1:8080\n", 3, 15,
+     "admin_listen 127.0.0.1:8080 collides with listen 0.0.0.0:8080"},
+    {"admin equals listen", kHead + "listen: 127.0.0.1:7000\nadmin_listen: 127.0.0.1:7000\n", 4, 15,
+     "must be different"},
+    {"admin v6 wildcard", kHead + "listen: 127.0.0.1:7000\nadmin_listen: '[::]:7000'\n", 4, 15, "collides"},
+};
+
+const ErrorCase kBackendErrors[] = {
+    {"backend: https", kState + "backend: https://127.0.0.1:8443\n", 2, 10,
+     "TLS to the backend is not supported"},
+    {"backend: other scheme", kState + "backend: ftp://a\n", 2, 10, "unsupported scheme 'ftp'"},
+    {"backend: no scheme", kState + "backend: 127.0.0.1:8081\n", 2, 10, "expected http://host:port"},
+    {"backend: path", kState + "backend: http://a:1/api\n", 2, 10, "must not have a path"},
+    {"backend: two slashes", kState + "backend: http://a:1//\n", 2, 10, "must not have a path"},
+    {"backend: query", kState + "backend: http://a:1/?x=1\n", 2, 10, "must not have a query"},
+    {"backend: fragment", kState + "backend: http://a:1#top\n", 2, 10, "must not have a fragment"},
+    {"backend: userinfo", kState + "backend: http://user:pw@a:1\n", 2, 10, "user information"},
+    {"backend: no host", kState + "backend: http://\n", 2, 10, "missing host"},
+    {"backend: bare v6", kState + "backend: http://::1:8081\n", 2, 10, "must be in brackets"},
+    {"backend: bad port", kState + "backend: http://a:99999\n", 2, 10, "port must be from 1 to 65535"},
+    {"backend: loops to listen", kState + "backend: http://127.0.0.1:8080\n", 2, 10,
+     "is the proxy's own listen address"},
+    {"backend: loops to admin", kState + "backend: http://127.0.0.1:9901\n", 2, 10,
+     "is the proxy's own admin_listen address"},
+    {"backend: list", kState + "backend: [http://a]\n", 2, 10, "backend: expected a string, got a list"},
+    {"backend: empty value", kState + "backend:\n", 2, 1, "backend: expected a string, got nothing"},
+};
+
+const ErrorCase kScalarErrors[] = {
+    {"state_file: empty", "backend: http://a:1\nstate_file: ''\n", 2, 13, "state_file: must not be empty"},
+    {"state_file: list", "backend: http://a:1\nstate_file: [a]\n", 2, 13, "state_file: expected a string, got a list"},
+    {"token_header: hop-by-hop", kHead + "token_header: Transfer-Encoding\n", 3, 15, "hop-by-hop"},
+    {"token_header: hop-by-hop, any case", kHead + "token_header: connection\n", 3, 15, "hop-by-hop"},
+    {"token_header: host", kHead + "token_header: Host\n", 3, 15, "hop-by-hop or framing header"},
+    {"token_header: content-length", kHead + "token_header: Content-Length\n", 3, 15, "framing header"},
+    {"token_header: space", kHead + "token_header: 'X Token'\n", 3, 15, "not a valid HTTP header name"},
+    {"token_header: colon", kHead + "token_header: 'X-Token:'\n", 3, 15, "not a valid HTTP header name"},
+    {"token_header: empty", kHead + "token_header: ''\n", 3, 15, "token_header: must not be empty"},
+    {"threads: too many", kHead + "threads: 257\n", 3, 10, "expected 0 (one per core) to 256, got 257"},
+    {"threads: negative", kHead + "threads: -1\n", 3, 10, "expected a non-negative integer"},
+    {"threads: fraction", kHead + "threads: 2.5\n", 3, 10, "expected a non-negative integer"},
+    {"threads: huge", kHead + "threads: 99999999999999999999999\n", 3, 10, "integer is too large"},
+    {"threads: quoted", kHead + "threads: '4'\n", 3, 10, "expected an integer, got a quoted string"},
+    {"threads: list", kHead + "threads: [1]\n", 3, 10, "threads: expected an integer, got a list"},
+    {"unmatched: case", kHead + "unmatched: Reject\n", 3, 12, "expected 'pass' or 'reject', got 'Reject'"},
+    {"unmatched: status", kHead + "unmatched: 404\n", 3, 12, "expected 'pass' or 'reject'"},
+    {"unmatched: mapping", kHead + "unmatched: {a: b}\n", 3, 12, "unmatched: expected a string, got a mapping"},
+};
+
+const ErrorCase kTimeoutErrors[] = {
+    {"timeouts: scalar", kHead + "timeouts: 5s\n", 3, 11, "timeouts: expected a mapping, got '5s'"},
+    {"timeouts: list", kHead + "timeouts: [1s]\n", 3, 11, "timeouts: expected a mapping, got a list"},
+    {"timeouts: bare number, flow", kHead + "timeouts: { connect: 2 }\n", 3, 22,
+     "timeouts.connect: expected a duration such as 250ms, 2s or 1m; a bare number has no unit"},
+    {"timeouts: fraction", kHead + "timeouts:\n  request: 1.5s\n", 4, 12, "fractions are not allowed"},
+    {"timeouts: zero", kHead + "timeouts:\n  idle: 0s\n", 4, 9, "timeouts.idle: a duration must be greater than zero"},
+    {"timeouts: zero ms", kHead + "timeouts:\n  idle: 0ms\n", 4, 9, "greater than zero"},
+    {"timeouts: negative", kHead + "timeouts:\n  connect: -1s\n", 4, 12, "must be positive"},
+    {"timeouts: unknown unit", kHead + "timeouts:\n  header_read: 2sec\n", 4, 16, "unknown unit 'sec'"},
+    {"timeouts: days", kHead + "timeouts:\n  shutdown: 1d\n", 4, 13, "unknown unit 'd'"},
+    {"timeouts: upper-case unit", kHead + "timeouts:\n  shutdown: 2S\n", 4, 13, "unknown unit 'S'"},
+    {"timeouts: space", kHead + "timeouts:\n  shutdown: 2 s\n", 4, 13, "unknown unit"},
+    {"timeouts: no number", kHead + "timeouts:\n  shutdown: ms\n", 4, 13, "expected a duration"},
+    {"timeouts: over 24h", kHead + "timeouts:\n  shutdown: 25h\n", 4, 13, "timeouts.shutdown: must be at most 24h"},
+    {"timeouts: overflow", kHead + "timeouts:\n  request: 99999999999999999999h\n", 4, 12, "duration is too large"},
+    {"timeouts: unknown key", kHead + "timeouts:\n  conect: 1s\n", 4, 3,
+     "timeouts: unknown key 'conect'; did you mean 'connect'?"},
+    {"timeouts: unknown key, far", kHead + "timeouts:\n  read: 1s\n", 4, 3,
+     "known keys: connect, request, idle, header_read, shutdown"},
+    {"timeouts: value is a mapping", kHead + "timeouts:\n  connect: {a: 1}\n", 4, 12,
+     "timeouts.connect: expected a string, got a mapping"},
+    {"timeouts: empty value", kHead + "timeouts:\n  connect:\n", 4, 3, "timeouts.connect: expected a string, got nothing"},
+};
+
+const ErrorCase kLimitErrors[] = {
+    {"limits: scalar", kHead + "limits: 16KiB\n", 3, 9, "limits: expected a mapping"},
+    {"limits: KB", kHead + "limits: { max_header_bytes: 16KB }\n", 3, 29, "use KiB/MiB/GiB"},
+    {"limits: mb", kHead + "limits:\n  max_body_bytes: 64mb\n", 4, 19, "use KiB/MiB/GiB"},
+    {"limits: K", kHead + "limits:\n  max_body_bytes: 64K\n", 4, 19, "use KiB/MiB/GiB"},
+    {"limits: lower-case kib", kHead + "limits:\n  max_body_bytes: 64kib\n", 4, 19, "use KiB/MiB/GiB"},
+    {"limits: TiB", kHead + "limits:\n  max_body_bytes: 1TiB\n", 4, 19, "unknown unit 'TiB'"},
+    {"limits: space", kHead + "limits:\n  max_body_bytes: 64 MiB\n", 4, 19, "unknown unit"},
+    {"limits: fraction", kHead + "limits:\n  max_body_bytes: 1.5MiB\n", 4, 19, "fractions are not allowed"},
+    {"limits: negative", kHead + "limits:\n  max_body_bytes: -1\n", 4, 19, "must not be negative"},
+    {"limits: overflow bytes", kHead + "limits:\n  max_body_bytes: 18446744073709551616\n", 4, 19,
+     "size is too large"},
+    {"limits: overflow GiB", kHead + "limits:\n  max_body_bytes: 17179869184GiB\n", 4, 19, "size is too large"},
+    {"limits: body zero", kHead + "limits:\n  max_body_bytes: 0\n", 4, 19, "there is no 'unlimited'"},
+    {"limits: header too small", kHead + "limits:\n  max_header_bytes: 1023\n", 4, 21,
+     "limits.max_header_bytes: must be from 1KiB to 1MiB, got 1023 bytes"},
+    {"limits: header too large", kHead + "limits:\n  max_header_bytes: 2MiB\n", 4, 21, "must be from 1KiB to 1MiB"},
+    {"limits: connections zero", kHead + "limits:\n  max_connections: 0\n", 4, 20,
+     "limits.max_connections: must be at least 1"},
+    {"limits: connections with unit", kHead + "limits:\n  max_connections: 10k\n", 4, 20,
+     "expected a non-negative integer"},
+    {"limits: connections quoted", kHead + "limits:\n  max_connections: '100'\n", 4, 20, "quoted string"},
+    {"limits: unknown key", kHead + "limits:\n  max_conections: 5\n", 4, 3, "did you mean 'max_connections'?"},
+};
+
+// Route cases: "routes:" is line 3, the first item starts on line 4.
+const std::string kRoutes = kHead + "routes:\n";
+
+const ErrorCase kRouteErrors[] = {
+    {"routes: mapping", kHead + "routes: {}\n", 3, 9, "routes: expected a list of routes, got a mapping"},
+    {"routes: scalar", kHead + "routes: orders\n", 3, 9, "expected a list of routes"},
+    {"route: scalar", kRoutes + "  - orders\n", 4, 5, "routes[0]: expected a route"},
+    {"route: empty item", kRoutes + "  -\n  - {name: a, prefix: /a}\n", 4, 3, "routes[0]: expected a route"},
+    {"route: missing name", kRoutes + "  - prefix: /a\n", 4, 5, "routes[0]: missing required key 'name'"},
+    {"route: missing prefix", kRoutes + "  - name: a\n    fence: b\n", 4, 5, "routes[0]: missing required key 'prefix'"},
+    {"route: unknown key", kRoutes + "  - name: a\n    prefix: /a\n    metods: [PUT]\n", 6, 5,
+     "routes[0]: unknown key 'metods'; did you mean 'methods'?"},
+    {"route: second route's index", kRoutes + "  - {name: a, prefix: /a}\n  - {name: b}\n", 5, 5,
+     "routes[1]: missing required key 'prefix'"},
+    {"name: upper-case", kRoutes + "  - name: Orders\n    prefix: /a\n", 4, 11,
+     "routes[0].name: may contain only a-z, 0-9, '_' and '-' (got 'Orders')"},
+    {"name: space", kRoutes + "  - name: 'a b'\n    prefix: /a\n", 4, 11, "may contain only"},
+    {"name: dot", kRoutes + "  - name: a.b\n    prefix: /a\n", 4, 11, "may contain only"},
+    {"name: empty", kRoutes + "  - name: ''\n    prefix: /a\n", 4, 11, "routes[0].name: must not be empty"},
+    {"name: 65 chars", kRoutes + "  - name: " + std::string(65, 'n') + "\n    prefix: /a\n", 4, 11,
+     "is longer than 64 characters"},
+    {"name: list", kRoutes + "  - name: [a]\n    prefix: /a\n", 4, 11, "routes[0].name: expected a string, got a list"},
+    {"fence: bad", kRoutes + "  - name: a\n    prefix: /a\n    fence: Orders\n", 6, 12,
+     "routes[0].fence: may contain only"},
+    {"fence: 65 chars", kRoutes + "  - name: a\n    prefix: /a\n    fence: " + std::string(65, 'f') + "\n", 6, 12,
+     "longer than 64"},
+    {"duplicate name", kRoutes + "  - name: a\n    prefix: /a\n  - name: a\n    prefix: /b\n", 6, 11,
+     "routes[1].name: duplicate route name 'a' (first at line 4)"},
+    {"duplicate prefix", kRoutes + "  - name: a\n    prefix: /x\n  - name: b\n    prefix: /x\n", 7, 13,
+     "routes[1].prefix: duplicate prefix '/x' (first at line 5)"},
+    {"duplicate prefix, flow", kRoutes + "  - {name: a, prefix: /}\n  - {name: b, prefix: /}\n", 5, 23,
+     "duplicate prefix '/' (first at line 4)"},
+    {"prefix: relative", kRoutes + "  - name: a\n    prefix: orders\n", 5, 13, "must start with '/'"},
+    {"prefix: empty", kRoutes + "  - name: a\n    prefix: ''\n", 5, 13, "must start with '/'"},
+    {"prefix: trailing slash", kRoutes + "  - name: a\n    prefix: /orders/\n", 5, 13, "must not end with '/'"},
+    {"prefix: empty segment", kRoutes + "  - name: a\n    prefix: /a//b\n", 5, 13, "empty segments"},
+    {"prefix: double slash", kRoutes + "  - name: a\n    prefix: //\n", 5, 13, "must not end with '/'"},
+    {"prefix: dot", kRoutes + "  - name: a\n    prefix: /a/./b\n", 5, 13, "'.' or '..' segments"},
+    {"prefix: dot-dot last", kRoutes + "  - name: a\n    prefix: /a/..\n", 5, 13, "'.' or '..' segments"},
+    {"prefix: dot first", kRoutes + "  - name: a\n    prefix: /.\n", 5, 13, "'.' or '..' segments"},
+    {"prefix: percent", kRoutes + "  - name: a\n    prefix: /a%2fb\n", 5, 13, "must not contain '%'"},
+    {"prefix: query", kRoutes + "  - name: a\n    prefix: /a?x=1\n", 5, 13, "must not contain '?'"},
+    {"prefix: fragment", kRoutes + "  - name: a\n    prefix: /a#x\n", 5, 13, "must not contain '#'"},
+    {"prefix: backslash", kRoutes + "  - name: a\n    prefix: /a\\b\n", 5, 13, "must not contain '\\'"},
+    {"prefix: space", kRoutes + "  - name: a\n    prefix: '/a b'\n", 5, 13, "whitespace or control characters"},
+    {"prefix: tab", kRoutes + "  - name: a\n    prefix: \"/a\\tb\"\n", 5, 13, "(got '/a\\tb')"},
+    {"prefix: non-ASCII", kRoutes + "  - name: a\n    prefix: /caf\xc3\xa9\n", 5, 13, "must be ASCII"},
+    {"prefix: angle bracket", kRoutes + "  - name: a\n    prefix: /a<b\n", 5, 13, "must not contain '<'"},
+    {"prefix: mapping", kRoutes + "  - name: a\n    prefix: {path: /a}\n", 5, 13, "expected a string, got a mapping"},
+    {"methods: scalar", kRoutes + "  - name: a\n    prefix: /a\n    methods: POST\n", 6, 14,
+     "routes[0].methods: expected a list of methods"},
+    {"methods: empty", kRoutes + "  - name: a\n    prefix: /a\n    methods: []\n", 6, 14, "at least one method"},
+    {"methods: lower-case", kRoutes + "  - name: a\n    prefix: /a\n    methods: [PUT, post]\n", 6, 20,
+     "write 'POST', not 'post'"},
+    {"methods: duplicate", kRoutes + "  - name: a\n    prefix: /a\n    methods: [PUT, POST, PUT]\n", 6, 26,
+     "routes[0].methods: duplicate method 'PUT'"},
+    {"methods: duplicate, block", kRoutes + "  - name: a\n    prefix: /a\n    methods:\n      - PUT\n      - PUT\n", 8,
+     9, "duplicate method 'PUT'"},
+    {"methods: not a token", kRoutes + "  - name: a\n    prefix: /a\n    methods: ['GE T']\n", 6, 15,
+     "'GE T' is not an HTTP method"},
+    {"methods: nested list", kRoutes + "  - name: a\n    prefix: /a\n    methods: [[POST]]\n", 6, 15,
+     "expected a method name, got a list"},
+    {"missing_token: bad", kRoutes + "  - name: a\n    prefix: /a\n    missing_token: deny\n", 6, 20,
+     "expected 'reject' or 'allow', got 'deny'"},
+    {"mode: bad", kRoutes + "  - name: a\n    prefix: /a\n    mode: dry-run\n", 6, 11,
+     "expected 'enforce' or 'observe'"},
+    {"forward_token: yes", kRoutes + "  - name: a\n    prefix: /a\n    forward_token: yes\n", 6, 20,
+     "expected true or false, got 'yes'"},
+    {"forward_token: quoted", kRoutes + "  - name: a\n    prefix: /a\n    forward_token: 'true'\n", 6, 20,
+     "expected true or false"},
+    {"forward_token: True", kRoutes + "  - name: a\n    prefix: /a\n    forward_token: True\n", 6, 20,
+     "expected true or false"},
+    {"forward_token: empty", kRoutes + "  - name: a\n    prefix: /a\n    forward_token:\n", 6, 5,
+     "expected true or false, got nothing"},
+};
+
+INSTANTIATE_TEST_SUITE_P(File, ConfigErrorTest, testing::ValuesIn(kFileErrors));
+INSTANTIATE_TEST_SUITE_P(Keys, ConfigErrorTest, testing::ValuesIn(kKeyErrors));
+INSTANTIATE_TEST_SUITE_P(Listen, ConfigErrorTest, testing::ValuesIn(kListenErrors));
+INSTANTIATE_TEST_SUITE_P(Backend, ConfigErrorTest, testing::ValuesIn(kBackendErrors));
+INSTANTIATE_TEST_SUITE_P(Scalars, ConfigErrorTest, testing::ValuesIn(kScalarErrors));
+INSTANTIATE_TEST_SUITE_P(Timeouts, ConfigErrorTest, testing::ValuesIn(kTimeoutErrors));
+INSTANTIATE_TEST_SUITE_P(Limits, ConfigErrorTest, testing::ValuesIn(kLimitErrors));
+INSTANTIATE_TEST_SUITE_P(Routes, ConfigErrorTest, testing::ValuesIn(kRouteErrors));
+
+TEST(ConfigTest, CollectsEveryErrorInFileOrder) {
+  // Missing backend is found last (after the walk) but sorts first (the mapping's position).
+  const std::string text =
+      "state_file: s\n"                       // 1
+      "threads: many\n"                       // 2
+      "routes:\n"                             // 3
+      "  - name: a\n"                         // 4
+      "    prefix: /a/\n"                     // 5
+      "  - name: a\n"                         // 6
+      "    prefix: /b\n"                      // 7
+      "timeouts: { connect: 1, idle: 1.5s }\n"  // 8
+      "lsten: x\n";                           // 9
+  const ConfigResult r = ParseConfig(text, "f.yaml");
+  EXPECT_FALSE(r.ok());
+  std::vector<std::string> got;
+  for (const ConfigError& e : r.errors) got.push_back(e.ToString());
+  const std::vector<std::string> want = {
+      "f.yaml:1:1: missing required key 'backend' (the legacy resource, e.g. http://127.0.0.1:8081)",
+      "f.yaml:2:10: threads: expected a non-negative integer (got 'many')",
+      "f.yaml:5:13: routes[0].prefix: must not end with '/' (/orders already matches /orders and /orders/...) "
+      "(got '/a/')",
+      "f.yaml:6:11: routes[1].name: duplicate route name 'a' (first at line 4)",
+      "f.yaml:8:22: timeouts.connect: expected a duration such as 250ms, 2s or 1m; a bare number has no unit "
+      "(got '1')",
+      "f.yaml:8:31: timeouts.idle: expected a duration such as 250ms, 2s or 1m; fractions are not allowed "
+      "(write 1500ms, not 1.5s) (got '1.5s')",
+      "f.yaml:9:1: unknown key 'lsten'; did you mean 'listen'?",
+  };
+  EXPECT_EQ(got, want);
+}
+
+TEST(ConfigTest, MisspeltRequiredKeyGivesBothErrors) {
+  const ConfigResult r = ParseConfig(kRoutes + "  - name: a\n    prefx: /a\n", "f.yaml");
+  ASSERT_EQ(r.errors.size(), 2u) << DumpErrors(r);
+  EXPECT_EQ(r.errors[0].ToString(), "f.yaml:4:5: routes[0]: missing required key 'prefix'");
+  EXPECT_EQ(r.errors[1].ToString(), "f.yaml:5:5: routes[0]: unknown key 'prefx'; did you mean 'prefix'?");
+}
+
+TEST(ConfigTest, SelfReferencingAliasIsAnErrorNotAHang) {
+  const ConfigResult r = ParseConfig(kHead + "routes: &r [*r]\n", "f.yaml");
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.errors.size(), 1u) << DumpErrors(r);
+  EXPECT_NE(r.errors[0].message.find("expected a route"), std::string::npos);
+}
+
+TEST(ConfigTest, LongValuesAreShortenedInMessages) {
+  const ConfigResult r = ParseConfig(kHead + "unmatched: " + std::string(500, 'x') + "\n", "f.yaml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_LT(r.errors[0].message.size(), 120u) << r.errors[0].message;
+  EXPECT_NE(r.errors[0].message.find("...'"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+TEST(ConfigTest, ErrorToStringIsCompilerStyle) {
+  const ConfigError e{"routes.yaml", 12, 7, "unknown key 'x'"};
+  EXPECT_EQ(e.ToString(), "routes.yaml:12:7: unknown key 'x'");
+}
+
+TEST(ConfigTest, UnreadableFileIsOneErrorAtLineZero) {
+  const std::string path = "/nonexistent-dir/routes.yaml";
+  const ConfigResult r = LoadConfigFile(path);
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].file, path);
+  EXPECT_EQ(r.errors[0].line, 0);
+  EXPECT_EQ(r.errors[0].column, 0);
+  EXPECT_NE(r.errors[0].message.find("No such file or directory"), std::string::npos) << r.errors[0].message;
+  EXPECT_EQ(r.errors[0].ToString().rfind(path + ":0:0: ", 0), 0u) << r.errors[0].ToString();
+}
+
+TEST(ConfigTest, DirectoryIsUnreadable) {
+  const ConfigResult r = LoadConfigFile(FP_SOURCE_DIR "/config");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].line, 0);
+  EXPECT_NE(r.errors[0].message.find("Is a directory"), std::string::npos) << r.errors[0].message;
+}
+
+class ConfigFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("config_test." + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigFileTest, LoadsAFileAndNamesItInErrors) {
+  const std::string good = Write("good.yaml", kHead);
+  const ConfigResult ok = LoadConfigFile(good);
+  ASSERT_TRUE(ok.ok()) << DumpErrors(ok);
+  EXPECT_EQ(ok.config->source_path, good);
+
+  const std::string bad = Write("bad.yaml", kHead + "threads: x\n");
+  const ConfigResult r = LoadConfigFile(bad);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].ToString(), bad + ":3:10: threads: expected a non-negative integer (got 'x')");
+}
+
+TEST_F(ConfigFileTest, UnreadablePermissions) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  const std::string path = Write("secret.yaml", kHead);
+  std::filesystem::permissions(path, std::filesystem::perms::none);
+  const ConfigResult r = LoadConfigFile(path);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].message.find("Permission denied"), std::string::npos) << r.errors[0].message;
+}
+
+TEST(ConfigExamplesTest, DemoLoadsAsDocumented) {
+  const ConfigResult r = LoadConfigFile(FP_SOURCE_DIR "/config/examples/demo.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  EXPECT_EQ(c.listen.ToString(), "127.0.0.1:8080");
+  EXPECT_EQ(c.admin_listen.ToString(), "127.0.0.1:9901");
+  EXPECT_EQ(c.backend.ToString(), "127.0.0.1:8081");
+  EXPECT_EQ(c.state_file, "./demo-state/fences.log");
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_EQ(c.routes[0].name, "orders");
+  EXPECT_EQ(c.routes[0].prefix, "/orders");
+  EXPECT_EQ(c.routes[0].fence, "orders");
+  EXPECT_EQ(c.routes[0].mode, FenceMode::kEnforce);
+  EXPECT_EQ(c.routes[1].name, "notes");
+  EXPECT_EQ(c.routes[1].prefix, "/notes");
+  EXPECT_EQ(c.routes[1].mode, FenceMode::kObserve);
+}
+
+// The reference file claims to show every default: hold it to that.
+TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
+  const ConfigResult r = LoadConfigFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  const ProxyConfig defaults;
+  EXPECT_EQ(c.listen.ToString(), defaults.listen.ToString());
+  EXPECT_EQ(c.admin_listen.ToString(), defaults.admin_listen.ToString());
+  EXPECT_EQ(c.token_header, defaults.token_header);
+  EXPECT_EQ(c.threads, defaults.threads);
+  EXPECT_EQ(c.unmatched, defaults.unmatched);
+  EXPECT_EQ(c.timeouts.connect, defaults.timeouts.connect);
+  EXPECT_EQ(c.timeouts.request, defaults.timeouts.request);
+  EXPECT_EQ(c.timeouts.idle, defaults.timeouts.idle);
+  EXPECT_EQ(c.timeouts.header_read, defaults.timeouts.header_read);
+  EXPECT_EQ(c.timeouts.shutdown, defaults.timeouts.shutdown);
+  EXPECT_EQ(c.limits.max_header_bytes, defaults.limits.max_header_bytes);
+  EXPECT_EQ(c.limits.max_body_bytes, defaults.limits.max_body_bytes);
+  EXPECT_EQ(c.limits.max_connections, defaults.limits.max_connections);
+  ASSERT_EQ(c.routes.size(), 1u);
+  const RouteConfig route_defaults;
+  EXPECT_EQ(c.routes[0].fence, c.routes[0].name);
+  EXPECT_EQ(c.routes[0].methods, route_defaults.methods);
+  EXPECT_EQ(c.routes[0].missing_token, route_defaults.missing_token);
+  EXPECT_EQ(c.routes[0].mode, route_defaults.mode);
+  EXPECT_EQ(c.routes[0].forward_token, route_defaults.forward_token);
+
+  // Every key appears in the reference file and in the operators' reference.
+  const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
+  for (const char* key : {"listen", "admin_listen", "backend", "state_file", "token_header", "threads",
+                          "unmatched", "timeouts", "connect", "request", "idle", "header_read", "shutdown",
+                          "limits", "max_header_bytes", "max_body_bytes", "max_connections", "routes",
+                          "name", "prefix", "fence", "methods", "missing_token", "mode", "forward_token"}) {
+    EXPECT_NE(reference.find(std::string(key) + ":"), std::string::npos) << key;
+    EXPECT_NE(readme.find("`" + std::string(key) + "`"), std::string::npos) << key;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durations and sizes
+
+struct DurationCase {
+  const char* text;
+  bool ok;
+  int64_t ms;
+};
+
+TEST(ParseDurationTest, Table) {
+  const DurationCase cases[] = {
+      {"250ms", true, 250},
+      {"1ms", true, 1},
+      {"2s", true, 2000},
+      {"1m", true, 60000},
+      {"1h", true, 3600000},
+      {"90m", true, 5400000},
+      {"007s", true, 7000},
+      {"9223372036854ms", true, 9223372036854},  // the largest that still fits a nanosecond clock
+      {"2562047h", true, 2562047ll * 3600000},
+      {"9223372036855ms", false, 0},
+      {"2562048h", false, 0},
+      {"18446744073709551616ms", false, 0},  // 2^64
+      {"99999999999999999999999s", false, 0},
+      {"", false, 0},
+      {"0s", false, 0},
+      {"0ms", false, 0},
+      {"2", false, 0},
+      {"1.5s", false, 0},
+      {".5s", false, 0},
+      {"-1s", false, 0},
+      {"+1s", false, 0},
+      {"2S", false, 0},
+      {"2MS", false, 0},
+      {"2 s", false, 0},
+      {" 2s", false, 0},
+      {"2s ", false, 0},
+      {"s", false, 0},
+      {"2sec", false, 0},
+      {"1d", false, 0},
+      {"1e3ms", false, 0},
+      {"0x10s", false, 0},
+      {"1h30m", false, 0},
+  };
+  for (const DurationCase& c : cases) {
+    milliseconds out{-1};
+    EXPECT_EQ(ParseDuration(c.text, &out), c.ok) << "'" << c.text << "'";
+    if (c.ok) {
+      EXPECT_EQ(out.count(), c.ms) << c.text;
+    } else {
+      EXPECT_EQ(out.count(), -1) << "output written on failure: " << c.text;
+    }
+  }
+}
+
+struct SizeCase {
+  const char* text;
+  bool ok;
+  uint64_t bytes;
+};
+
+TEST(ParseSizeTest, Table) {
+  const SizeCase cases[] = {
+      {"0", true, 0},
+      {"1", true, 1},
+      {"16384", true, 16384},
+      {"1KiB", true, 1024},
+      {"16KiB", true, 16384},
+      {"64MiB", true, 64ull << 20},
+      {"1GiB", true, 1ull << 30},
+      {"18446744073709551615", true, UINT64_MAX},
+      {"17179869183GiB", true, 17179869183ull << 30},  // the largest GiB count that fits
+      {"18446744073709551616", false, 0},               // 2^64
+      {"17179869184GiB", false, 0},                     // 2^64 bytes
+      {"18014398509481984KiB", false, 0},               // 2^64 bytes
+      {"99999999999999999999999", false, 0},
+      {"", false, 0},
+      {"16KB", false, 0},
+      {"16kB", false, 0},
+      {"16MB", false, 0},
+      {"16GB", false, 0},
+      {"16K", false, 0},
+      {"16k", false, 0},
+      {"16kib", false, 0},
+      {"16KIB", false, 0},
+      {"1TiB", false, 0},
+      {"16B", false, 0},
+      {"16 KiB", false, 0},
+      {"1.5MiB", false, 0},
+      {"-1", false, 0},
+      {"+1", false, 0},
+      {"KiB", false, 0},
+      {"0x10", false, 0},
+      {"1e3", false, 0},
+      {" 1", false, 0},
+  };
+  for (const SizeCase& c : cases) {
+    uint64_t out = 12345;
+    EXPECT_EQ(ParseSize(c.text, &out), c.ok) << "'" << c.text << "'";
+    if (c.ok) {
+      EXPECT_EQ(out, c.bytes) << c.text;
+    } else {
+      EXPECT_EQ(out, 12345u) << "output written on failure: " << c.text;
+    }
+  }
+}
+
+TEST(HostPortTest, ToStringBracketsIpv6) {
+  EXPECT_EQ((HostPort{"0.0.0.0", 8080}).ToString(), "0.0.0.0:8080");
+  EXPECT_EQ((HostPort{"localhost", 80}).ToString(), "localhost:80");
+  EXPECT_EQ((HostPort{"::1", 9901}).ToString(), "[::1]:9901");
+  EXPECT_EQ((HostPort{"fe80::1%eth0", 1}).ToString(), "[fe80::1%eth0]:1");
+}
+
+}  // namespace
+}  // namespace fencing

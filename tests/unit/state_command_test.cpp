@@ -1,0 +1,269 @@
+// `fencing-proxy state show|set` against real files, one temp dir per test.
+
+#include "cli/state_command.h"
+#include "state/state_log.h"
+#include "state/state_store.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fencing {
+namespace {
+
+namespace fs = std::filesystem;
+
+::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
+  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << haystack << "\" does not contain \"" << needle << "\"";
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+struct CommandResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CommandResult Show(const std::string& file) {
+  CommandResult r;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  r.code = RunStateShow(file);
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.out = ::testing::internal::GetCapturedStdout();
+  return r;
+}
+
+CommandResult Set(const std::string& file, const std::string& fence, const std::string& token) {
+  CommandResult r;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  r.code = RunStateSet(file, fence, token);
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.out = ::testing::internal::GetCapturedStdout();
+  return r;
+}
+
+class StateCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "fp_state_command_test_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/fences.log";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Seed(const std::vector<FenceRecord>& records) {
+    std::unique_ptr<StateStore> store;
+    Status s = StateStore::Open(path_, {}, &store);
+    ASSERT_TRUE(s.ok()) << s.message();
+    if (!records.empty()) {
+      ASSERT_TRUE(store->AppendAndSync(records).ok());
+    }
+  }
+
+  FenceMaxima Reopen() {
+    std::unique_ptr<StateStore> store;
+    Status s = StateStore::Open(path_, {}, &store);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return store ? store->maxima() : FenceMaxima{};
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_F(StateCommandTest, ShowPrintsSortedExactJson) {
+  Seed({{"orders", 7}, {"billing", 18446744073709551615ull}, {"a-b_c", 0}, {"orders", 3}});
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fences\":{\"a-b_c\":0,\"billing\":18446744073709551615,\"orders\":7}}\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(StateCommandTest, ShowEmptyFile) {
+  Seed({});
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "{\"fences\":{}}\n");
+}
+
+TEST_F(StateCommandTest, ShowMissingFileSaysSoAndCreatesNothing) {
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, path_ + ": state file does not exist"));
+  EXPECT_FALSE(fs::exists(path_));
+}
+
+TEST_F(StateCommandTest, ShowWorksBesideARunningProxy) {
+  Seed({{"a", 1}});
+  std::unique_ptr<StateStore> proxy;
+  ASSERT_TRUE(StateStore::Open(path_, {}, &proxy).ok());  // holds the lock
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fences\":{\"a\":1}}\n");
+}
+
+TEST_F(StateCommandTest, ShowReportsCorruptionWithTheOffset) {
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  std::string data = ReadBytes(path_);
+  data[kHeaderSize + 8] ^= 0x10;  // inside the first record
+  {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out << data;
+  }
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, path_ + ": corrupt record at byte offset 16"));
+  EXPECT_EQ(ReadBytes(path_), data);
+}
+
+TEST_F(StateCommandTest, ShowLeavesATornTailInPlace) {
+  Seed({{"a", 1}, {"b", 2}});
+  const std::string full = ReadBytes(path_);
+  const std::string torn = full.substr(0, full.size() - 3);
+  {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out << torn;
+  }
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "{\"fences\":{\"a\":1}}\n");
+  EXPECT_TRUE(Contains(r.err, "torn last record"));
+  EXPECT_EQ(ReadBytes(path_), torn);
+}
+
+TEST_F(StateCommandTest, SetRaisesLowersAndAddsFences) {
+  Seed({{"orders", 10}, {"billing", 5}});
+
+  CommandResult r = Set(path_, "orders", "20");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "orders: 10 -> 20\n");
+
+  r = Set(path_, "orders", "3");  // the repair path: lowering
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "orders: 20 -> 3\n");
+
+  r = Set(path_, "audit", "18446744073709551615");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "audit: none -> 18446744073709551615\n");
+
+  r = Set(path_, "billing", "5");  // unchanged: said so, nothing rewritten
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "billing: 5 -> 5\n");
+
+  r = Show(path_);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "{\"fences\":{\"audit\":18446744073709551615,\"billing\":5,\"orders\":3}}\n");
+  EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+
+  // The file is a compact snapshot: header plus one record per fence.
+  std::string expected = EncodeHeader();
+  for (const auto& r2 : std::vector<FenceRecord>{{"audit", 18446744073709551615ull}, {"billing", 5}, {"orders", 3}}) {
+    EncodeRecord(r2, &expected);
+  }
+  EXPECT_EQ(ReadBytes(path_), expected);
+
+  // And a proxy starting on it sees the lowered value, and can raise from there.
+  EXPECT_EQ(Reopen(), (FenceMaxima{{"audit", 18446744073709551615ull}, {"billing", 5}, {"orders", 3}}));
+}
+
+TEST_F(StateCommandTest, SetRefusedWhileAProxyHoldsTheLock) {
+  Seed({{"orders", 10}});
+  const std::string before = ReadBytes(path_);
+  {
+    std::unique_ptr<StateStore> proxy;
+    ASSERT_TRUE(StateStore::Open(path_, {}, &proxy).ok());
+    CommandResult r = Set(path_, "orders", "1");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, path_ + " is locked by another process"));
+    EXPECT_EQ(ReadBytes(path_), before);
+    EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+  }
+  CommandResult r = Set(path_, "orders", "1");  // the proxy is gone
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "orders: 10 -> 1\n");
+}
+
+TEST_F(StateCommandTest, SetOnAMissingFileCreatesNothing) {
+  CommandResult r = Set(path_, "orders", "1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Contains(r.err, path_ + ": state file does not exist"));
+  EXPECT_FALSE(fs::exists(path_));
+}
+
+TEST_F(StateCommandTest, SetRefusesACorruptFile) {
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  std::string data = ReadBytes(path_);
+  data[kHeaderSize] ^= 0x01;
+  {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out << data;
+  }
+  CommandResult r = Set(path_, "first", "5");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Contains(r.err, "corrupt record at byte offset 16"));
+  EXPECT_EQ(ReadBytes(path_), data);
+}
+
+TEST_F(StateCommandTest, SetRejectsInvalidFenceNames) {
+  Seed({{"a", 1}});
+  const std::string before = ReadBytes(path_);
+  for (const std::string& fence : std::vector<std::string>{"", "Orders", "a b", "a/b", "a.b", "é",
+                                                           std::string(65, 'a')}) {
+    SCOPED_TRACE(fence);
+    CommandResult r = Set(path_, fence, "5");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, "invalid fence name \"" + fence + "\""));
+  }
+  EXPECT_EQ(ReadBytes(path_), before);
+  CommandResult r = Set(path_, std::string(64, 'a'), "5");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(StateCommandTest, SetRejectsInvalidTokens) {
+  Seed({{"a", 1}});
+  const std::string before = ReadBytes(path_);
+  for (const std::string& token : std::vector<std::string>{
+           "", "-1", "+1", " 1", "1 ", "1.0", "0x10", "1e3", "abc", "18446744073709551616",
+           "99999999999999999999", "000000000000000000001", "١"}) {
+    SCOPED_TRACE(token);
+    CommandResult r = Set(path_, "a", token);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, "invalid token \"" + token + "\""));
+  }
+  EXPECT_EQ(ReadBytes(path_), before);
+
+  struct Good {
+    std::string text;
+    std::string printed;
+  };
+  for (const Good& g : std::vector<Good>{{"18446744073709551615", "18446744073709551615"},
+                                         {"00000000000000000042", "42"},
+                                         {"0", "0"}}) {
+    CommandResult r = Set(path_, "a", g.text);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(Contains(r.out, "-> " + g.printed + "\n"));
+  }
+}
+
+}  // namespace
+}  // namespace fencing
