@@ -480,6 +480,9 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
     co_return co_await fail(hec);
   }
 
+  // The backend answered: the request's outcome is settled (counted before the client can see
+  // the response, so a scrape right after it sees the count).
+  metrics.Count(outcome);
   auto& upstream_res = response_parser->get();
   const unsigned status = upstream_res.result_int();
   const bool no_body = ResponseHasNoBody(status, head_request);
@@ -512,8 +515,7 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
       auto [rec, rn] = co_await http::async_read(upstream->stream, upstream->buffer, *response_parser, kTuple);
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
-        if (!response_started) co_return co_await fail(rec);
-        metrics.Count(Outcome::kUpstreamError);
+        if (!response_started) co_return co_await WriteProblem(UpstreamProblem(rec), req.version(), false);
         co_return false;  // the client saw a partial response: closing tells it so
       }
       client_res.body().data = buf;
@@ -527,14 +529,10 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
     auto [wec, wn] = co_await http::async_write(stream_, response_serializer, kTuple);
     if (wec == http::error::need_buffer) wec = {};
     response_started = true;
-    if (wec) {
-      metrics.Count(outcome);
-      co_return false;  // the client went away; the backend connection is dropped with it
-    }
+    if (wec) co_return false;  // the client went away; the backend connection is dropped with it
   }
 
   metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
-  metrics.Count(outcome);
   if (upstream_keep_alive && (no_body || response_parser->is_done())) {
     worker_.pool().Release(std::move(upstream));
   }

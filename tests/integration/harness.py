@@ -326,7 +326,8 @@ class Backend:
         self.proc = subprocess.Popen(
             [sys.executable, DEMO_BACKEND, "--listen", "127.0.0.1:%d" % self.port,
              "--log", self.log_path],
-            stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT)
+            stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True)  # signals meant for the test runner's group stay there
         _live.add(self.proc)
         try:
             wait_for(lambda: self.proc.poll() is not None or _port_open(self.port),
@@ -423,7 +424,8 @@ class Proxy:
         self._stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen([BINARY, "--config", self.config_path],
                                      stdin=subprocess.DEVNULL, stdout=self._stderr,
-                                     stderr=self._stderr, cwd=self.workdir)
+                                     stderr=self._stderr, cwd=self.workdir,
+                                     start_new_session=True)
         _live.add(self.proc)
         if wait:
             self.wait_ready()
