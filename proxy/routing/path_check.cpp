@@ -45,8 +45,9 @@ TargetCheck CheckRequestTarget(std::string_view target) {
   size_t query = target.find('?');
   std::string_view path = target.substr(0, query);
 
+  // path[0] is the leading '/'; segments start after it (starting at 0 took "/" for "//").
   size_t segment_start = 1;
-  for (size_t i = 0; i <= path.size(); ++i) {
+  for (size_t i = 1; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
       std::string_view segment = path.substr(segment_start, i - segment_start);
       bool last = i == path.size();

@@ -311,6 +311,27 @@ def metric(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())))
 
 
+def find_fence(doc, name):
+    """The entry for fence `name` in the /fences JSON, whatever its exact nesting: an object
+    keyed by the name, or an object whose "name"/"fence" is the name. None if absent."""
+    if isinstance(doc, dict):
+        entry = doc.get(name)
+        if isinstance(entry, dict) and "max_token" in entry:
+            return entry
+        if (doc.get("name") == name or doc.get("fence") == name) and "max_token" in doc:
+            return doc
+        children = doc.values()
+    elif isinstance(doc, list):
+        children = doc
+    else:
+        return None
+    for child in children:
+        found = find_fence(child, name)
+        if found is not None:
+            return found
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Processes
 
@@ -375,6 +396,7 @@ class Proxy:
 
     def __init__(self, config, backend=None, state_file=None, workdir=None, start=True):
         check_binary()
+        self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="fp-proxy-")
         self.config_path = os.path.join(self.workdir, "routes.yaml")
         self.stderr_path = os.path.join(self.workdir, "proxy-stderr.log")
@@ -474,8 +496,11 @@ class Proxy:
         return self.start(wait)
 
     def stop(self):
+        """Kills the process (if running) and removes the temp dir the proxy made itself."""
         if self.proc is not None:
             self._signal(signal.SIGKILL, START_TIMEOUT)
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _signal(self, sig, timeout):
         if self.proc is None:
@@ -523,6 +548,13 @@ class Proxy:
 
     def admin(self, method, path, timeout=IO_TIMEOUT):
         return http_request(self.admin_port, method, path, timeout=timeout)
+
+    def fence(self, name):
+        """This fence's entry in admin /fences (a dict; {} when not listed)."""
+        status, _, body = self.admin("GET", "/fences")
+        if status != 200:
+            raise HarnessError("GET /fences answered %d: %r" % (status, body[:200]))
+        return find_fence(json.loads(body), name) or {}
 
     def metrics(self):
         status, _, body = self.admin("GET", "/metrics")

@@ -11,7 +11,7 @@ import socket
 import time
 import unittest
 
-from harness import ProxyTestCase, ResponseReader, free_port, metric, run_cli
+from harness import ProxyTestCase, ResponseReader, find_fence, free_port, metric, run_cli
 
 ROUTES = [
     {"name": "orders", "prefix": "/orders", "mode": "enforce", "missing_token": "reject"},
@@ -28,27 +28,6 @@ def config(request_timeout="5s", routes=ROUTES, **extra):
            "routes": routes}
     cfg.update(extra)
     return cfg
-
-
-def find_fence(doc, name):
-    """The entry for fence `name` in the /fences JSON, whatever its exact nesting: an object
-    keyed by the name, or an object whose "name"/"fence" is the name. None if absent."""
-    if isinstance(doc, dict):
-        entry = doc.get(name)
-        if isinstance(entry, dict) and "max_token" in entry:
-            return entry
-        if (doc.get("name") == name or doc.get("fence") == name) and "max_token" in doc:
-            return doc
-        children = doc.values()
-    elif isinstance(doc, list):
-        children = doc
-    else:
-        return None
-    for child in children:
-        found = find_fence(child, name)
-        if found is not None:
-            return found
-    return None
 
 
 class FencingTest(ProxyTestCase):

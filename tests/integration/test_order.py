@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from harness import ProxyTestCase
+from harness import ProxyTestCase, metric
 
 CONFIG = {
     "threads": 2,
@@ -20,6 +20,30 @@ CONFIG = {
                  "shutdown": "5s"},
     "routes": [{"name": "orders", "prefix": "/orders"}],
 }
+
+
+def in_flight(entry):
+    """The in-flight count from a /fences entry, whatever the proxy calls it; None if absent."""
+    for key, value in entry.items():
+        if key.replace("_", "").replace("-", "").lower() in ("inflight", "inflightcount"):
+            return value
+    return None
+
+
+def wait_fence(proxy, predicate, fallback_sleep):
+    """Waits (up to 5s) until /fences shows what predicate expects; when /fences lacks the
+    fields, sleeps fallback_sleep instead."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        entry = proxy.fence("orders")
+        if "pending" not in entry or in_flight(entry) is None:
+            time.sleep(fallback_sleep)
+            return
+        if predicate(entry):
+            return
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for /fences to show the expected state: %r"
+                         % proxy.fence("orders"))
 
 
 def check_order(test, records):
@@ -69,10 +93,12 @@ class OrderTest(ProxyTestCase):
 
         t10 = threading.Thread(target=put, args=("10", 10, 1500), daemon=True)
         t10.start()
-        time.sleep(0.4)  # token 10 is raised and now held in flight at the backend
+        # Token 10 is raised and then held in flight at the backend for 1.5s.
+        wait_fence(proxy, lambda f: f.get("max_token") == 10 and in_flight(f) == 1, 0.4)
         t11 = threading.Thread(target=put, args=("11", 11, 0), daemon=True)
         t11.start()
-        time.sleep(0.2)  # token 11 is now the pending raise, waiting for 10 to finish
+        # Token 11 becomes the pending raise, waiting for 10 to finish.
+        wait_fence(proxy, lambda f: f.get("pending") == 11, 0.2)
         started = time.monotonic()
         late = proxy.request("PUT", "/orders/o", 10, b"late 10")
         elapsed = time.monotonic() - started
@@ -174,8 +200,15 @@ class OrderTest(ProxyTestCase):
                          "the backend applied exactly the writes that got 2xx, with their tokens")
         self.assertFalse(rejected & set(applied), "a 409'd write never reaches the backend")
         check_order(self, records)
-        print("  %d grants, %d writes forwarded, %d stale writes rejected"
-              % (service["grants"], len(accepted), len(rejected)))
+        samples = proxy.metrics()
+        raises = metric(samples, "fencing_proxy_raise_wait_seconds_count", fence="orders") or 0
+        waited = raises - (metric(samples, "fencing_proxy_raise_wait_seconds_bucket",
+                                  fence="orders", le="0.005") or 0)
+        print("  %d grants, %d writes forwarded, %d stale writes rejected, %d of %d raises "
+              "waited > 5ms for older writes" % (service["grants"], len(accepted), len(rejected),
+                                                 waited, raises))
+        self.assertGreater(waited, 0, "test setup: some raise had to wait for an older write "
+                           "(fencing_proxy_raise_wait_seconds)")
         self.assertGreaterEqual(service["grants"], 10, "test setup: enough hand-overs happened")
         self.assertGreater(len(rejected), 0, "test setup: some stale writes were attempted")
 
