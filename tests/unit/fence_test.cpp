@@ -11,6 +11,7 @@
 #include <prometheus/histogram.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -471,11 +472,19 @@ TEST_F(FenceTest, FailedRaiseIsNotCountedNorShownAsMax) {
 
 // ------------------------------------------------------------------ seeded random schedules
 
+// How often each path was taken over all seeds: a schedule that never reaches a path proves
+// nothing about it.
+struct Coverage {
+  uint64_t admitted = 0, stale = 0, waiting = 0, waited_behind_inflight = 0, failed = 0;
+  uint64_t resolved_admitted = 0, resolved_stale = 0, resolved_failed = 0;
+  uint64_t abandoned = 0, abandon_refused = 0, persists = 0, max_events = 0;
+};
+
 // One schedule: a few hundred random events against one fence, with every invariant of the order
 // guarantee checked after each event and at the moments that matter (Persist, Resolve).
 class Schedule {
  public:
-  explicit Schedule(uint32_t seed) : seed_(seed), rng_(seed) {
+  Schedule(uint32_t seed, Coverage& coverage) : seed_(seed), rng_(seed), cov_(coverage) {
     // Some seeds start near the top of the token range, some complete writes inside Persist,
     // and one in seven lets a write fail now and then.
     start_ = seed % 10 == 0 ? std::numeric_limits<uint64_t>::max() - 5000 : rng_() % 4;
@@ -489,6 +498,7 @@ class Schedule {
       Check(admitted_.empty(), "Persist called with requests admitted");
       Check(token > durable_, "Persist of a token that is not a raise");
       ++persists_;
+      ++cov_.persists;
     };
     persister_.on_durable = [this](uint64_t token) { durable_ = std::max(durable_, token); };
   }
@@ -508,6 +518,7 @@ class Schedule {
         now_ += static_cast<double>(rng_() % 1000) / 100.0;
       }
       CheckState();
+      ++cov_.max_events;
     }
     if (failed_) {
       Check(fence_->Admit(durable_, spare_).admission == Admission::kFailed, "admitted after a failed sync");
@@ -567,12 +578,15 @@ class Schedule {
         case Admission::kAdmitted:
           Check(max == raw->token, "admitted with a different token");
           Admitted(raw->id, raw->token);
+          ++cov_.resolved_admitted;
           break;
         case Admission::kStale:
           Check(max > raw->token, "a waiter went stale to a token that is not higher");
+          ++cov_.resolved_stale;
           break;
         case Admission::kFailed:
           Check(state_failed_.load(), "a waiter failed while the state is healthy");
+          ++cov_.resolved_failed;
           break;
         case Admission::kWaiting:
           Check(false, "resolved as waiting");
@@ -591,15 +605,20 @@ class Schedule {
       case Admission::kAdmitted:
         Check(token == before.max_token && before.pending == 0, "admitted without being the max");
         Admitted(raw->id, token);
+        ++cov_.admitted;
         break;
       case Admission::kStale:
         Check(token < top && r.max_token == top, "stale answer does not match the effective max");
+        ++cov_.stale;
         break;
       case Admission::kWaiting:
         Check(token >= top && token > before.max_token && r.max_token == token, "waiting on the wrong token");
+        ++cov_.waiting;
+        if (before.inflight > 0) ++cov_.waited_behind_inflight;
         break;
       case Admission::kFailed:
         Check(state_failed_.load(), "failed while the state is healthy");
+        ++cov_.failed;
         break;
     }
   }
@@ -631,6 +650,9 @@ class Schedule {
     if (removed) {
       w.waiting = false;
       w.abandoned = true;
+      ++cov_.abandoned;
+    } else {
+      ++cov_.abandon_refused;
     }
   }
 
@@ -693,6 +715,7 @@ class Schedule {
  private:
   uint32_t seed_;
   std::mt19937 rng_;
+  Coverage& cov_;
   uint64_t start_ = 0;
   bool may_fail_ = false;
   bool failed_ = false;
@@ -714,12 +737,36 @@ class Schedule {
 };
 
 TEST(FenceScheduleTest, RandomSchedulesKeepTheOrderGuarantee) {
+  Coverage cov;
   for (uint32_t seed = 1; seed <= 3000; ++seed) {
-    Schedule schedule(seed);
+    Schedule schedule(seed, cov);
     schedule.Run(300);
     // Stop at the first bad seed: its messages say what broke, and the seed reproduces it.
     ASSERT_EQ(schedule.failures_seen(), 0) << "first failing seed: " << seed;
   }
+  // Every path was exercised many times, not just the easy ones.
+  EXPECT_EQ(cov.max_events, 3000u * 300u);
+  for (auto [count, what] : std::vector<std::pair<uint64_t, const char*>>{
+           {cov.admitted, "direct admissions"},
+           {cov.stale, "stale rejections"},
+           {cov.waiting, "waits"},
+           {cov.waited_behind_inflight, "waits behind in-flight writes"},
+           {cov.failed, "admissions refused after a failure"},
+           {cov.resolved_admitted, "waiters admitted"},
+           {cov.resolved_stale, "waiters overtaken"},
+           {cov.resolved_failed, "waiters failed"},
+           {cov.abandoned, "abandons"},
+           {cov.abandon_refused, "refused abandons"},
+           {cov.persists, "persists"}}) {
+    EXPECT_GE(count, 100u) << what;
+  }
+  std::printf("coverage: admitted %llu stale %llu waiting %llu (behind in-flight %llu) failed %llu; "
+              "resolved admitted %llu stale %llu failed %llu; abandoned %llu refused %llu; persists %llu\n",
+              (unsigned long long)cov.admitted, (unsigned long long)cov.stale, (unsigned long long)cov.waiting,
+              (unsigned long long)cov.waited_behind_inflight, (unsigned long long)cov.failed,
+              (unsigned long long)cov.resolved_admitted, (unsigned long long)cov.resolved_stale,
+              (unsigned long long)cov.resolved_failed, (unsigned long long)cov.abandoned,
+              (unsigned long long)cov.abandon_refused, (unsigned long long)cov.persists);
 }
 
 }  // namespace

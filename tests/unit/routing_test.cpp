@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,8 @@ struct AcceptCase {
   std::string target;
   std::string_view path;  // what routing sees
 };
+
+void PrintTo(const AcceptCase& c, std::ostream* os) { *os << '"' << c.target << '"'; }
 
 class AcceptedTargetTest : public testing::TestWithParam<AcceptCase> {};
 
@@ -97,6 +100,17 @@ INSTANTIATE_TEST_SUITE_P(
         std::string("/a?x=1 2"), std::string("/a?x=\t"), std::string("/a?\x01"), std::string("/a?\x7f"),
         std::string("/a?x\r\n"), std::string("/a?\0", 4)));
 
+// The target is a view into a larger buffer (Beast's header); an escape cut short by the end of the
+// view must be refused without reading the bytes after it ("/a%2" followed by a '0' in memory).
+TEST(CheckRequestTargetTest, EscapeCutShortAtTheEndIsRefused) {
+  const std::string buffer = "/a%20 HTTP/1.1";
+  for (size_t length : {size_t{3}, size_t{4}}) {
+    TargetCheck check = CheckRequestTarget(std::string_view(buffer).substr(0, length));
+    EXPECT_FALSE(check.ok) << buffer.substr(0, length);
+  }
+  EXPECT_TRUE(CheckRequestTarget(std::string_view(buffer).substr(0, 5)).ok);
+}
+
 // The path a check returns is a view into the caller's target, not a copy.
 TEST(CheckRequestTargetTest, PathViewsIntoTheTarget) {
   std::string target = "/orders/7?a=b";
@@ -131,6 +145,8 @@ struct MatchCase {
   std::string_view path;
   std::string_view prefix;
 };
+
+void PrintTo(const MatchCase& c, std::ostream* os) { *os << '"' << c.path << '"'; }
 
 class RouteMatchTest : public testing::TestWithParam<MatchCase> {
  protected:

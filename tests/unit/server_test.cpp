@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -51,6 +52,8 @@ struct FramingCase {
   Fields fields;
   bool ok;
 };
+
+void PrintTo(const FramingCase& c, std::ostream* os) { *os << c.what; }
 
 class FramingTest : public testing::TestWithParam<FramingCase> {};
 
