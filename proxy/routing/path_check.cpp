@@ -52,7 +52,10 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       std::string_view segment = path.substr(segment_start, i - segment_start);
       bool last = i == path.size();
       if (segment.empty() && !last) return Refuse("the path has an empty segment ('//')");
-      if (segment == "." || segment == "..") return Refuse("the path has a dot segment");
+      // Servlet containers drop ";params" from a segment before resolving dots, so "..;x" is
+      // as much a dot segment as "..".
+      std::string_view bare = segment.substr(0, segment.find(';'));
+      if (bare == "." || bare == "..") return Refuse("the path has a dot segment");
       segment_start = i + 1;
       continue;
     }

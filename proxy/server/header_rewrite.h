@@ -17,8 +17,8 @@ void CopyEndToEndFields(const boost::beast::http::fields& from, boost::beast::ht
                         std::string_view drop);
 
 // The request to send upstream: method, origin-form target, HTTP/1.1, end-to-end fields,
-// X-Forwarded-For with client_ip appended, Host kept (or set to backend_host if absent), and the
-// same body framing as the client's (Content-Length or chunked).
+// X-Forwarded-For with client_ip appended, Host kept (or set to backend_host if absent). Body
+// framing (Content-Length or chunked) is not copied: the caller sets it for the next hop.
 void PrepareUpstreamRequest(const boost::beast::http::request_header<>& client, std::string_view origin_target,
                             std::string_view client_ip, std::string_view backend_host, std::string_view drop,
                             boost::beast::http::request_header<>& upstream);

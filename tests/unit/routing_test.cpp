@@ -53,7 +53,8 @@ INSTANTIATE_TEST_SUITE_P(
                     AcceptCase{"https://host/", "/"},
                     // The query is forwarded as sent: path rules do not apply to it.
                     AcceptCase{"/a?x=/../", "/a"}, AcceptCase{"/a?x=%2e%2e&y=//z\\", "/a"},
-                    AcceptCase{"/a?x=%zz", "/a"}));
+                    AcceptCase{"/a?x=%zz", "/a"},
+                    AcceptCase{"/a;v=1/..b", "/a;v=1/..b"}));
 
 // ---------------------------------------------------------------- CheckRequestTarget: refused
 
@@ -74,6 +75,8 @@ INSTANTIATE_TEST_SUITE_P(
         std::string("http://host#f"),
         // Dot segments, anywhere.
         std::string("/a/../b"), std::string("/a/./b"), std::string("/.."), std::string("/."),
+        // Path parameters do not hide a dot segment from a servlet container.
+        std::string("/x/..;/orders"), std::string("/x/..;jsessionid=1/orders"), std::string("/.;x"),
         std::string("/a/.."), std::string("/a/."), std::string("/../a"), std::string("/a/..?x"),
         std::string("http://host/a/../orders"),
         // Empty segments.
