@@ -16,13 +16,15 @@ backend=$!
 proxy=$!
 trap 'kill $proxy $backend 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for _ in $(seq 50); do
-  curl -fs http://127.0.0.1:9901/readyz >/dev/null 2>&1 && break
+# Both must answer before the story starts: the backend's request log, the proxy's /readyz.
+for _ in $(seq 100); do
+  curl -fs http://127.0.0.1:8081/_log >/dev/null 2>&1 && curl -fs http://127.0.0.1:9901/readyz >/dev/null 2>&1 && break
   sleep 0.1
 done
+curl -fs http://127.0.0.1:8081/_log >/dev/null || { cat "$work/backend.out"; exit 1; }
 curl -fs http://127.0.0.1:9901/readyz >/dev/null || { cat "$work/proxy.log"; exit 1; }
 
-show() { echo; echo "\$ $*"; "$@"; echo; }
+show() { echo; printf '$'; printf ' %q' "$@"; echo; "$@"; echo; }
 echo "== fencing-proxy on 127.0.0.1:8080 in front of the demo backend on 127.0.0.1:8081"
 echo "== holder A got the lock with token 33 and writes:"
 show curl -s -i -X PUT -H 'X-Fencing-Token: 33' --data 'written by A' http://127.0.0.1:8080/orders/1
