@@ -1,9 +1,8 @@
 #include "server/session.h"
 
 #include "common/log.h"
-#include "fence/token.h"
-#include "routing/path_check.h"
-#include "server/framing.h"
+#include "server/raw_head.h"
+#include "server/request_plan.h"
 #include "server/header_rewrite.h"
 #include "server/proxy_server.h"
 
@@ -164,181 +163,73 @@ asio::awaitable<bool> Session::ServeOne() {
   const ProxyConfig& config = runtime->config();
 
   RequestParser parser;
-  parser.header_limit(static_cast<uint32_t>(std::min<uint64_t>(config.limits.max_header_bytes, UINT32_MAX)));
+  parser.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
   parser.body_limit(config.limits.max_body_bytes);
-  stream_.expires_after(config.timeouts.header_read);
-  auto [read_ec, read_n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
-  if (read_ec) {
-    const RouteMetrics& none = runtime->unmatched_metrics();
-    Problem p;
-    if (read_ec == http::error::header_limit) {
-      p = MakeProblem(http::status::request_header_fields_too_large, "header-too-large",
-                  "Request header too large", "the request header exceeds limits.max_header_bytes");
-    } else if (read_ec == http::error::body_limit) {
-      p = MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                  "the request body exceeds limits.max_body_bytes");
-    } else if (read_ec == http::error::end_of_stream || read_ec == asio::error::eof || IsTimeout(read_ec) ||
-               read_ec == asio::error::operation_aborted || read_ec == asio::error::connection_reset) {
-      co_return false;  // the client went away or stalled: nothing to answer
-    } else {
-      p = MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
-                  "the request could not be parsed: " + read_ec.message());
+  std::optional<Problem> head_problem = co_await ReadHead(config, parser);
+  if (!parser.is_header_done()) {
+    if (head_problem) {
+      runtime->unmatched_metrics().Count(Outcome::kRejectedRequest);
+      linger_ = true;
+      co_await WriteProblem(*head_problem, 11, false);
     }
-    none.Count(Outcome::kRejectedRequest);
-    linger_ = true;
-    co_await WriteProblem(p, 11, false);
     co_return false;
   }
-
   auto& req = parser.get();
-  const RouteMetrics& unmatched = runtime->unmatched_metrics();
 
-  if (FramingCheck framing = CheckRequestFraming(req.base()); !framing.ok) {
-    unmatched.Count(Outcome::kRejectedRequest);
-    co_return co_await Reject(parser,
-                              MakeProblem(http::status::bad_request, "ambiguous-framing", "Ambiguous request framing",
-                                      std::string("the request is refused because it has ") + framing.reason),
-                              true);
+  RequestPlan plan = PlanRequest(req.base(), *runtime);
+  Fence* admitted = nullptr;
+  if (plan.action == RequestPlan::Action::kFence) {
+    uint64_t max_token = 0;
+    Admission admission = co_await WaitForRaise(*plan.route->fence, plan.token, &max_token, config.timeouts.request);
+    if (admission == Admission::kAdmitted) admitted = plan.route->fence;
+    ApplyAdmission(plan, admission, max_token);
   }
-  if (req.method() == http::verb::connect) {
-    unmatched.Count(Outcome::kRejectedRequest);
-    co_return co_await Reject(parser,
-                              MakeProblem(http::status::method_not_allowed, "method-not-allowed", "Method not allowed",
-                                      "CONNECT is not proxied"),
-                              false);
+  const RouteMetrics& metrics = plan.metrics(*runtime);
+  if (plan.action == RequestPlan::Action::kReject) {
+    metrics.Count(plan.outcome);
+    co_return co_await Reject(parser, plan.problem, plan.close);
   }
-
-  TargetCheck target = CheckRequestTarget(req.target());
-  if (!target.ok) {
-    unmatched.Count(Outcome::kRejectedPath);
-    co_return co_await Reject(parser,
-                              MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
-                                      std::string("the path could reach the backend as another route: ") +
-                                          target.reason),
-                              false);
-  }
-  // Origin-form for the backend: the path and query from the checked target.
-  std::string_view origin_target = req.target();
-  if (!origin_target.empty() && origin_target.front() != '/') {
-    origin_target = origin_target.substr(static_cast<size_t>(target.path.data() - origin_target.data()));
-  }
-
-  const RouteRuntime* route = runtime->Match(target.path);
-  if (!route) {
-    if (config.unmatched == Unmatched::kReject) {
-      unmatched.Count(Outcome::kUnmatched);
-      co_return co_await Reject(parser,
-                                MakeProblem(http::status::not_found, "no-route", "No route",
-                                        "no route matches the path and unmatched is reject"),
-                                false);
-    }
-    co_return co_await Forward(*runtime, parser, origin_target, {}, Outcome::kUnmatched, unmatched);
-  }
-
-  Verdict verdict = co_await Decide(*runtime, *route, parser);
-  if (!verdict.forward) {
-    route->metrics->Count(verdict.outcome);
-    co_return co_await Reject(parser, verdict.problem, false);
-  }
-  std::string_view drop = route->config->forward_token ? std::string_view{} : std::string_view{config.token_header};
-  AdmissionGuard admission(verdict.admitted_fence, *route->metrics);
-  co_return co_await Forward(*runtime, parser, origin_target, drop, verdict.outcome, *route->metrics);
+  std::optional<AdmissionGuard> admission;
+  if (plan.route) admission.emplace(admitted, metrics);
+  co_return co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
 }
 
-asio::awaitable<Session::Verdict> Session::Decide(const Runtime& runtime, const RouteRuntime& route,
-                                                  RequestParser& parser) {
-  const auto& req = parser.get();
-  const RouteConfig& rc = *route.config;
-  const bool observe = rc.mode == FenceMode::kObserve;
-  Verdict v;
-  v.problem.route = rc.name;
-  v.problem.fence = rc.fence;
-
-  if (!route.FencesMethod(req.method_string())) {
-    v.forward = true;
-    v.outcome = Outcome::kUnfenced;
-    co_return v;
+asio::awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
+  // The head is collected raw and checked byte by byte before the parser sees it (raw_head.h).
+  const size_t limit = config.limits.max_header_bytes;
+  stream_.expires_after(config.timeouts.header_read);
+  size_t scanned = 0;
+  size_t head_length = 0;
+  for (;;) {
+    std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    head_length = FindHeadEnd(bytes, &scanned);
+    if (head_length != 0 || buffer_.size() > limit) break;
+    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(std::min(kFirstReadSize, limit + 1 - buffer_.size())), kTuple);
+    if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
+    buffer_.commit(n);
   }
-
-  const std::string& header = runtime.config().token_header;
-  auto range = req.equal_range(header);
-  size_t count = static_cast<size_t>(std::distance(range.first, range.second));
-  ParsedToken token = ParseTokenHeader(count, count ? std::string_view(range.first->value()) : std::string_view{});
-
-  if (token.status == TokenParse::kMissing) {
-    if (rc.missing_token == MissingToken::kAllow) {
-      v.forward = true;
-      v.outcome = Outcome::kUnfenced;
-    } else if (observe) {
-      v.forward = true;
-      v.outcome = Outcome::kObservedMissing;
-    } else {
-      v.outcome = Outcome::kRejectedMissing;
-      v.problem.status = http::status::precondition_required;
-      v.problem.type = "missing-token";
-      v.problem.title = "Fencing token required";
-      v.problem.detail = "this route fences " + std::string(req.method_string()) + " requests: send the lock's token in " +
-                         header;
+  if (head_length == 0 || head_length > limit) {
+    co_return MakeProblem(http::status::request_header_fields_too_large, "header-too-large",
+                          "Request header too large", "the request head exceeds limits.max_header_bytes");
+  }
+  std::string_view head(static_cast<const char*>(buffer_.data().data()), head_length);
+  if (RawHeadCheck raw = CheckRawHead(head); !raw.ok) {
+    co_return MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
+                          std::string("the request head is refused because it has ") + raw.reason);
+  }
+  boost::system::error_code ec;
+  size_t used = parser.put(asio::buffer(head.data(), head.size()), ec);
+  if (!ec && !parser.is_header_done()) ec = http::error::partial_message;
+  if (ec) {
+    if (ec == http::error::body_limit) {
+      co_return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
+                            "the request body exceeds limits.max_body_bytes");
     }
-    co_return v;
+    co_return MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
+                          "the request head could not be parsed: " + ec.message());
   }
-  if (token.status == TokenParse::kMalformed) {
-    if (observe) {
-      v.forward = true;
-      v.outcome = Outcome::kObservedMalformed;
-    } else {
-      v.outcome = Outcome::kRejectedMalformed;
-      v.problem.status = http::status::bad_request;
-      v.problem.type = "malformed-token";
-      v.problem.title = "Malformed fencing token";
-      v.problem.detail = std::string(token.reason) + "; " + header + " must be one value of 1-20 ASCII digits, at most 18446744073709551615";
-    }
-    co_return v;
-  }
-
-  uint64_t max_token = 0;
-  Admission admission = co_await WaitForRaise(*route.fence, token.value, &max_token,
-                                              runtime.config().timeouts.request);
-  v.problem.token = token.value;
-  v.problem.max_token = max_token;
-  switch (admission) {
-    case Admission::kAdmitted:
-      v.forward = true;
-      v.outcome = Outcome::kForwarded;
-      v.admitted_fence = route.fence;
-      break;
-    case Admission::kStale:
-      if (observe) {
-        v.forward = true;
-        v.outcome = Outcome::kObservedStale;
-        break;
-      }
-      v.outcome = Outcome::kRejectedStale;
-      v.problem.status = http::status::conflict;
-      v.problem.type = "stale-token";
-      v.problem.title = "Stale fencing token";
-      v.problem.detail = "token " + std::to_string(token.value) + " is below the fence's max_token " +
-                         std::to_string(max_token) + ": a newer lock holder has written";
-      break;
-    case Admission::kFailed:
-    case Admission::kWaiting:  // WaitForRaise never returns kWaiting; treated as a failure
-      if (observe) {
-        v.forward = true;
-        v.outcome = Outcome::kRaiseFailed;
-        break;
-      }
-      v.outcome = Outcome::kRaiseFailed;
-      v.problem.status = http::status::service_unavailable;
-      v.problem.type = "state-unavailable";
-      v.problem.title = "Fence state unavailable";
-      v.problem.detail = admission == Admission::kFailed
-                             ? "the state file could not be written or synced: fenced writes are refused until "
-                               "an operator restarts the proxy"
-                             : "the raise did not become durable within timeouts.request";
-      v.problem.max_token.reset();
-      break;
-  }
-  co_return v;
+  buffer_.consume(used);
+  co_return std::nullopt;
 }
 
 asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
@@ -417,11 +308,17 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
       auto [rec, rn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
-        // The client failed mid-body: the backend got a truncated request, drop that connection.
+        // The body broke off or broke the rules (a bad chunk, too long): the backend has a
+        // truncated request, so both connections close; the client hears why if it still listens.
         metrics.Count(Outcome::kRejectedRequest);
         if (rec == http::error::body_limit) {
           co_await WriteProblem(MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                                        "the request body exceeds limits.max_body_bytes"),
+                                            "the request body exceeds limits.max_body_bytes"),
+                                req.version(), false);
+        } else if (rec != http::error::end_of_stream && !IsTimeout(rec) && rec != asio::error::eof &&
+                   rec != asio::error::connection_reset) {
+          co_await WriteProblem(MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
+                                            "the request body could not be read: " + rec.message()),
                                 req.version(), false);
         }
         co_return false;

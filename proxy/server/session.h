@@ -15,6 +15,7 @@
 #include <boost/beast/http/parser.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace fencing {
@@ -35,16 +36,10 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
 
-  // What the fence decided and how to count it.
-  struct Verdict {
-    bool forward = false;
-    Outcome outcome = Outcome::kForwarded;
-    Fence* admitted_fence = nullptr;  // holds an admission to release when the exchange ends
-    Problem problem;                  // when !forward
-  };
-
   boost::asio::awaitable<bool> ServeOne();  // true: keep the connection for another request
-  boost::asio::awaitable<Verdict> Decide(const Runtime& runtime, const RouteRuntime& route, RequestParser& parser);
+  // Reads and checks the request head into parser. Returns a problem to answer with when the head
+  // is refused; nullopt with no head parsed when the client went away or stalled.
+  boost::asio::awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
   boost::asio::awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
                                                  std::chrono::milliseconds deadline);
   boost::asio::awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,

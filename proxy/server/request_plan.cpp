@@ -1,0 +1,167 @@
+#include "server/request_plan.h"
+
+#include "fence/token.h"
+#include "routing/path_check.h"
+#include "server/framing.h"
+
+#include <string>
+
+namespace fencing {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+RequestPlan Reject(Outcome outcome, Problem problem, bool close = false) {
+  RequestPlan plan;
+  plan.action = RequestPlan::Action::kReject;
+  plan.outcome = outcome;
+  plan.problem = std::move(problem);
+  plan.close = close;
+  return plan;
+}
+
+void Forward(RequestPlan& plan, Outcome outcome) {
+  plan.action = RequestPlan::Action::kForward;
+  plan.outcome = outcome;
+}
+
+void RejectWith(RequestPlan& plan, Outcome outcome, http::status status, std::string_view type,
+                std::string_view title, std::string detail) {
+  plan.action = RequestPlan::Action::kReject;
+  plan.outcome = outcome;
+  plan.problem.status = status;
+  plan.problem.type = type;
+  plan.problem.title = title;
+  plan.problem.detail = std::move(detail);
+}
+
+}  // namespace
+
+RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runtime) {
+  const ProxyConfig& config = runtime.config();
+
+  if (FramingCheck framing = CheckRequestFraming(head); !framing.ok) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(http::status::bad_request, "ambiguous-framing", "Ambiguous request framing",
+                              std::string("the request is refused because it has ") + framing.reason),
+                  true);
+  }
+  if (head.method() == http::verb::connect) {
+    return Reject(Outcome::kRejectedRequest, MakeProblem(http::status::method_not_allowed, "method-not-allowed",
+                                                         "Method not allowed", "CONNECT is not proxied"));
+  }
+  if (head.count(http::field::upgrade) > 0) {
+    // A switched protocol would carry writes the fence never sees.
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(http::status::bad_request, "upgrade-refused", "Protocol upgrade refused",
+                              "protocol upgrades (Upgrade header) are not proxied"));
+  }
+
+  TargetCheck target = CheckRequestTarget(head.target());
+  if (!target.ok) {
+    return Reject(Outcome::kRejectedPath,
+                  MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
+                              std::string("the path could reach the backend as another route: ") + target.reason));
+  }
+
+  RequestPlan plan;
+  // Origin-form for the backend: the path and query of the checked target.
+  std::string_view full_target = head.target();
+  plan.origin_target = full_target.substr(static_cast<size_t>(target.path.data() - full_target.data()));
+
+  plan.route = runtime.Match(target.path);
+  if (!plan.route) {
+    if (config.unmatched == Unmatched::kReject) {
+      RejectWith(plan, Outcome::kUnmatched, http::status::not_found, "no-route", "No route",
+                 "no route matches the path and unmatched is reject");
+    } else {
+      Forward(plan, Outcome::kUnmatched);
+    }
+    return plan;
+  }
+
+  const RouteConfig& route = *plan.route->config;
+  plan.problem.route = route.name;
+  plan.problem.fence = route.fence;
+  if (!route.forward_token) plan.drop_header = config.token_header;
+  if (!plan.route->FencesMethod(head.method_string())) {
+    Forward(plan, Outcome::kUnfenced);
+    return plan;
+  }
+
+  const bool observe = route.mode == FenceMode::kObserve;
+  const std::string& header = config.token_header;
+  size_t count = 0;
+  std::string_view first;
+  for (const auto& field : head) {
+    if (!boost::beast::iequals(field.name_string(), header)) continue;
+    if (count++ == 0) first = field.value();
+  }
+  ParsedToken token = ParseTokenHeader(count, first);
+  switch (token.status) {
+    case TokenParse::kMissing:
+      if (route.missing_token == MissingToken::kAllow) {
+        Forward(plan, Outcome::kUnfenced);
+      } else if (observe) {
+        Forward(plan, Outcome::kObservedMissing);
+      } else {
+        RejectWith(plan, Outcome::kRejectedMissing, http::status::precondition_required, "missing-token",
+                   "Fencing token required",
+                   "this route fences " + std::string(head.method_string()) +
+                       " requests: send the lock's token in " + header);
+      }
+      return plan;
+    case TokenParse::kMalformed:
+      if (observe) {
+        Forward(plan, Outcome::kObservedMalformed);
+      } else {
+        RejectWith(plan, Outcome::kRejectedMalformed, http::status::bad_request, "malformed-token",
+                   "Malformed fencing token",
+                   std::string(token.reason) + "; " + header +
+                       " must be one value of 1-20 ASCII digits, at most 18446744073709551615");
+      }
+      return plan;
+    case TokenParse::kOk:
+      break;
+  }
+  plan.action = RequestPlan::Action::kFence;
+  plan.token = token.value;
+  plan.problem.token = token.value;
+  return plan;
+}
+
+void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) {
+  const bool observe = plan.route && plan.route->config->mode == FenceMode::kObserve;
+  plan.problem.max_token = max_token;
+  switch (admission) {
+    case Admission::kAdmitted:
+      Forward(plan, Outcome::kForwarded);
+      return;
+    case Admission::kStale:
+      if (observe) {
+        Forward(plan, Outcome::kObservedStale);
+        return;
+      }
+      RejectWith(plan, Outcome::kRejectedStale, http::status::conflict, "stale-token", "Stale fencing token",
+                 "token " + std::to_string(plan.token) + " is below the fence's max_token " +
+                     std::to_string(max_token) + ": a newer lock holder has written");
+      return;
+    case Admission::kFailed:
+    case Admission::kWaiting:
+      plan.problem.max_token.reset();
+      if (observe) {
+        Forward(plan, Outcome::kRaiseFailed);
+        return;
+      }
+      RejectWith(plan, Outcome::kRaiseFailed, http::status::service_unavailable, "state-unavailable",
+                 "Fence state unavailable",
+                 admission == Admission::kFailed
+                     ? "the state file could not be written or synced: fenced writes are refused until an "
+                       "operator restarts the proxy"
+                     : "the raise did not become durable within timeouts.request");
+      return;
+  }
+}
+
+}  // namespace fencing

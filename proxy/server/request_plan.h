@@ -1,0 +1,45 @@
+#pragma once
+// The decision on a request head, as pure functions: everything the proxy decides before it
+// reads a body byte, except the fence's own answer (which can wait on a raise). The session
+// executes a plan; tests and fuzzers call these directly.
+
+#include "admin/metrics.h"
+#include "fence/fence.h"
+#include "server/problem.h"
+#include "server/runtime.h"
+
+#include <boost/beast/http/message.hpp>
+
+#include <cstdint>
+#include <string_view>
+
+namespace fencing {
+
+struct RequestPlan {
+  enum class Action {
+    kReject,   // answer with `problem`, count `outcome`
+    kForward,  // forward without asking a fence, count `outcome`
+    kFence,    // ask route->fence to admit `token`, then ApplyAdmission
+  };
+  Action action = Action::kReject;
+  Outcome outcome = Outcome::kRejectedRequest;
+  Problem problem;                   // kReject
+  bool close = false;                // kReject: the connection cannot be trusted for another request
+  const RouteRuntime* route = nullptr;  // null: no route matched
+  uint64_t token = 0;                // kFence
+  std::string_view origin_target;    // path and query to send upstream (views into the head)
+  std::string_view drop_header;      // header not to forward (the token, if the route says so)
+
+  const RouteMetrics& metrics(const Runtime& runtime) const {
+    return route ? *route->metrics : runtime.unmatched_metrics();
+  }
+};
+
+// Framing, method, target, route, token: in that order, the first refusal wins.
+RequestPlan PlanRequest(const boost::beast::http::request_header<>& head, const Runtime& runtime);
+
+// Turns the fence's answer into a reject or a forward (observe mode forwards what enforce
+// would refuse). Admission::kWaiting here means the raise did not finish in time.
+void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token);
+
+}  // namespace fencing
