@@ -29,6 +29,9 @@ struct RouteConfig {
   MissingToken missing_token = MissingToken::kReject;
   FenceMode mode = FenceMode::kEnforce;
   bool forward_token = true;
+  // For backends that fold case (/Orders is /orders to them): match the prefix ignoring ASCII
+  // case too, or "/ORDERS/1" would reach the backend unfenced.
+  bool path_case_insensitive = false;
 };
 
 struct Timeouts {
@@ -57,6 +60,7 @@ struct ProxyConfig {
   std::string token_header = "X-Fencing-Token";
   unsigned threads = 0;      // 0 = one per core (resolved by the server, not here)
   Unmatched unmatched = Unmatched::kPass;
+  bool access_log = true;    // one JSON line per request on stderr
   Timeouts timeouts;
   Limits limits;
   std::vector<RouteConfig> routes;

@@ -28,11 +28,11 @@ constexpr size_t kMaxFileBytes = 16 * 1024 * 1024;  // a route file is kilobytes
 
 constexpr std::string_view kTopKeys[] = {"listen",    "admin_listen", "backend",  "state_file",
                                          "token_header", "threads",   "unmatched", "timeouts",
-                                         "limits",    "routes"};
+                                         "limits",    "routes",       "access_log"};
 constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
 constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections"};
-constexpr std::string_view kRouteKeys[] = {"name",    "prefix", "fence",        "methods",
-                                           "missing_token", "mode", "forward_token"};
+constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
+                                           "missing_token", "mode",   "forward_token", "path_case_insensitive"};
 
 // A 1-based position in the file.
 struct Position {
@@ -348,6 +348,8 @@ class Loader {
             config->threads = static_cast<unsigned>(*n);
           }
         }
+      } else if (k == "access_log") {
+        if (std::optional<bool> b = Bool(e, k)) config->access_log = *b;
       } else if (k == "unmatched") {
         Choice(e, k, {{"pass", Unmatched::kPass}, {"reject", Unmatched::kReject}}, &config->unmatched);
       } else if (k == "timeouts") {
@@ -455,6 +457,7 @@ class Loader {
   void ValidateRoutes(const YAML::Node& list, std::vector<RouteConfig>* out) {
     std::map<std::string, int> name_line;
     std::map<std::string, int> prefix_line;
+    std::map<std::string, FoldedPrefix> folded_prefix;
     size_t index = 0;
     for (auto it = list.begin(); it != list.end(); ++it, ++index) {
       const YAML::Node item = *it;
@@ -515,6 +518,8 @@ class Loader {
           Choice(e, path, {{"enforce", FenceMode::kEnforce}, {"observe", FenceMode::kObserve}}, &route.mode);
         } else if (k == "forward_token") {
           if (std::optional<bool> b = Bool(e, path)) route.forward_token = *b;
+        } else if (k == "path_case_insensitive") {
+          if (std::optional<bool> b = Bool(e, path)) route.path_case_insensitive = *b;
         }
       }
       const Position route_at = At(item);
@@ -528,8 +533,33 @@ class Loader {
       }
       if (!have_fence) route.fence = route.name;
       // Errors already make the whole file invalid; only complete routes are kept.
-      if (ok && have_name && have_prefix) out->push_back(std::move(route));
+      if (ok && have_name && have_prefix) {
+        // A prefix matched without case must not collide, folded, with any other prefix: the
+        // longest-match rule could not choose between them.
+        const std::string folded = FoldCase(route.prefix);
+        if (auto [first, added] = folded_prefix.emplace(folded, FoldedPrefix{At(item).line, route.path_case_insensitive});
+            !added && (route.path_case_insensitive || first->second.case_insensitive)) {
+          Error(route_at, where + ": prefix '" + route.prefix +
+                              "' is the same, ignoring case, as the prefix at line " +
+                              std::to_string(first->second.line) + ", and one of them has path_case_insensitive");
+          continue;
+        }
+        out->push_back(std::move(route));
+      }
     }
+  }
+
+  struct FoldedPrefix {
+    int line;
+    bool case_insensitive;
+  };
+
+  static std::string FoldCase(std::string_view text) {
+    std::string folded(text);
+    for (char& c : folded) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    return folded;
   }
 
   bool Methods(const Entry& e, const std::string& path, std::vector<std::string>* out) {

@@ -1,24 +1,52 @@
 #include "routing/route_table.h"
 
 namespace fencing {
+namespace {
+
+std::string FoldCase(std::string_view text) {
+  std::string folded(text);
+  for (char& c : folded) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return folded;
+}
+
+}  // namespace
 
 RouteTable::RouteTable(std::shared_ptr<const ProxyConfig> config) : config_(std::move(config)) {
-  for (size_t i = 0; i < config_->routes.size(); ++i) by_prefix_.emplace(config_->routes[i].prefix, i);
+  for (size_t i = 0; i < config_->routes.size(); ++i) {
+    const RouteConfig& route = config_->routes[i];
+    if (route.path_case_insensitive) {
+      by_folded_prefix_.emplace(FoldCase(route.prefix), i);
+    } else {
+      by_prefix_.emplace(route.prefix, i);
+    }
+  }
 }
 
 std::optional<size_t> RouteTable::Match(std::string_view path) const {
-  if (by_prefix_.empty()) return std::nullopt;
+  if (by_prefix_.empty() && by_folded_prefix_.empty()) return std::nullopt;
+  // Folding is done once per request, and only when some route asks for it.
+  const std::string folded_path = by_folded_prefix_.empty() ? std::string() : FoldCase(path);
+  auto lookup = [&](size_t length) -> std::optional<size_t> {
+    if (auto it = by_prefix_.find(path.substr(0, length)); it != by_prefix_.end()) return it->second;
+    if (!by_folded_prefix_.empty()) {
+      if (auto it = by_folded_prefix_.find(folded_path.substr(0, length)); it != by_folded_prefix_.end()) {
+        return it->second;
+      }
+    }
+    return std::nullopt;
+  };
   // Try the whole path, then each shorter prefix that ends at a segment boundary, longest first:
   // one hash lookup per segment, however many routes there are.
-  std::string_view candidate = path;
-  while (!candidate.empty()) {
-    if (auto it = by_prefix_.find(candidate); it != by_prefix_.end()) return it->second;
-    size_t slash = candidate.rfind('/');
+  size_t length = path.size();
+  while (length > 0) {
+    if (auto index = lookup(length)) return index;
+    size_t slash = path.rfind('/', length - 1);
     if (slash == std::string_view::npos) break;
-    candidate = candidate.substr(0, slash);
+    length = slash;
   }
-  if (auto it = by_prefix_.find("/"); it != by_prefix_.end()) return it->second;
-  return std::nullopt;
+  return lookup(1);  // the root route "/", the only prefix one byte long
 }
 
 }  // namespace fencing

@@ -15,6 +15,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/json/object.hpp>
 
 #include <chrono>
 #include <optional>
@@ -162,6 +163,7 @@ asio::awaitable<bool> Session::ServeOne() {
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();
 
+  record_ = AccessRecord{Clock::now()};
   RequestParser parser;
   parser.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
   parser.body_limit(config.limits.max_body_bytes);
@@ -171,6 +173,7 @@ asio::awaitable<bool> Session::ServeOne() {
       runtime->unmatched_metrics().Count(Outcome::kRejectedRequest);
       linger_ = true;
       co_await WriteProblem(*head_problem, 11, false);
+      if (config.access_log) LogAccess(nullptr, nullptr);
     }
     co_return false;
   }
@@ -185,13 +188,41 @@ asio::awaitable<bool> Session::ServeOne() {
     ApplyAdmission(plan, admission, max_token);
   }
   const RouteMetrics& metrics = plan.metrics(*runtime);
+  bool keep_alive = false;
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
-    co_return co_await Reject(parser, plan.problem, plan.close);
+    keep_alive = co_await Reject(parser, plan.problem, plan.close);
+  } else {
+    std::optional<AdmissionGuard> admission;
+    if (plan.route) admission.emplace(admitted, metrics);
+    keep_alive = co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
   }
-  std::optional<AdmissionGuard> admission;
-  if (plan.route) admission.emplace(admitted, metrics);
-  co_return co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
+  if (config.access_log) LogAccess(&parser, &plan);
+  co_return keep_alive;
+}
+
+void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) const {
+  boost::json::object line;
+  if (parser) {
+    const auto& req = parser->get();
+    line["method"] = std::string_view(req.method_string());
+    line["path"] = std::string_view(req.target());
+  }
+  line["client"] = client_ip_;
+  line["status"] = record_.status;
+  if (plan) {
+    if (plan->route) line["route"] = plan->route->config->name;
+    line["decision"] = OutcomeName(plan->outcome);
+    if (plan->problem.token) line["token"] = *plan->problem.token;
+    if (plan->problem.max_token) line["max_token"] = *plan->problem.max_token;
+  } else {
+    line["decision"] = OutcomeName(Outcome::kRejectedRequest);
+  }
+  if (record_.upstream_status) line["upstream_status"] = record_.upstream_status;
+  line["bytes_in"] = record_.bytes_in;
+  line["bytes_out"] = record_.bytes_out;
+  line["duration_s"] = std::chrono::duration<double>(Clock::now() - record_.start).count();
+  Log(LogLevel::kInfo, "access", std::move(line));
 }
 
 asio::awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
@@ -326,6 +357,7 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
       upstream_req.body().data = buf;
       upstream_req.body().size = kRelayBufferSize - req.body().size;
       upstream_req.body().more = !parser.is_done();
+      record_.bytes_in += upstream_req.body().size;
     } else {
       upstream_req.body().data = nullptr;
       upstream_req.body().size = 0;
@@ -382,6 +414,8 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
   metrics.Count(outcome);
   auto& upstream_res = response_parser->get();
   const unsigned status = upstream_res.result_int();
+  record_.upstream_status = status;
+  record_.status = status;
   const bool no_body = ResponseHasNoBody(status, head_request);
   const bool upstream_keep_alive = upstream_res.keep_alive();
 
@@ -418,6 +452,7 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
       client_res.body().data = buf;
       client_res.body().size = kRelayBufferSize - upstream_res.body().size;
       client_res.body().more = !response_parser->is_done();
+      record_.bytes_out += client_res.body().size;
     } else {
       client_res.body().data = nullptr;
       client_res.body().size = 0;
@@ -459,6 +494,7 @@ asio::awaitable<bool> Session::Reject(RequestParser& parser, const Problem& prob
 }
 
 asio::awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
+  record_.status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
   auto [ec, n] = co_await http::async_write(stream_, response, kTuple);
   co_return !ec && keep_alive;

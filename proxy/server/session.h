@@ -5,6 +5,7 @@
 
 #include "admin/metrics.h"
 #include "server/problem.h"
+#include "server/request_plan.h"
 #include "server/runtime.h"
 
 #include <boost/asio/awaitable.hpp>
@@ -14,6 +15,7 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,12 +54,23 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<bool> DiscardBody(RequestParser& parser);
   boost::asio::awaitable<void> LingeringClose();
 
+  // What the access log says about the request being served.
+  struct AccessRecord {
+    std::chrono::steady_clock::time_point start;
+    unsigned status = 0;           // sent to the client
+    unsigned upstream_status = 0;  // 0: the backend was not asked, or did not answer
+    uint64_t bytes_in = 0;         // request body bytes forwarded
+    uint64_t bytes_out = 0;        // response body bytes relayed
+  };
+  void LogAccess(const RequestParser* parser, const RequestPlan* plan) const;
+
   Worker& worker_;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
   std::string client_ip_;
   bool idle_ = false;      // waiting for the first byte of a request
   bool linger_ = false;    // closing with request bytes possibly still arriving
+  AccessRecord record_;
 };
 
 }  // namespace fencing

@@ -245,6 +245,48 @@ TEST(RouteTableTest, RoutesAParsedConfig) {
   EXPECT_EQ(table.Match("/"), std::nullopt);
 }
 
+// A backend that folds case reads "/ORDERS/1" as "/orders/1": the route must match it too.
+TEST(RouteTableTest, CaseInsensitiveRouteMatchesAnyCaseAndKeepsLongestMatch) {
+  ConfigResult result = ParseConfig(
+      "backend: http://127.0.0.1:8081\n"
+      "state_file: /tmp/fp-routing-test.log\n"
+      "routes:\n"
+      "  - name: orders\n"
+      "    prefix: /Orders\n"
+      "    path_case_insensitive: true\n"
+      "  - name: archive\n"
+      "    prefix: /orders/archive\n"
+      "  - name: users\n"
+      "    prefix: /users\n",
+      "routes.yaml");
+  ASSERT_TRUE(result.ok()) << (result.errors.empty() ? "" : result.errors[0].ToString());
+  RouteTable table(result.config);
+  EXPECT_EQ(table.Match("/orders/1"), std::optional<size_t>(0));
+  EXPECT_EQ(table.Match("/ORDERS/1"), std::optional<size_t>(0));
+  EXPECT_EQ(table.Match("/oRdErS"), std::optional<size_t>(0));
+  EXPECT_EQ(table.Match("/orders/archive/2"), std::optional<size_t>(1));  // longer, exact case
+  EXPECT_EQ(table.Match("/ORDERS/ARCHIVE/2"), std::optional<size_t>(0));  // archive is case-sensitive
+  EXPECT_EQ(table.Match("/Users/1"), std::nullopt);                       // users is case-sensitive
+  EXPECT_EQ(table.Match("/ordersX"), std::nullopt);
+}
+
+TEST(RouteTableTest, PrefixesEqualIgnoringCaseAreRefusedWhenOneFoldsCase) {
+  ConfigResult result = ParseConfig(
+      "backend: http://127.0.0.1:8081\n"
+      "state_file: /tmp/fp-routing-test.log\n"
+      "routes:\n"
+      "  - name: a\n"
+      "    prefix: /orders\n"
+      "  - name: b\n"
+      "    prefix: /ORDERS\n"
+      "    path_case_insensitive: true\n",
+      "routes.yaml");
+  ASSERT_FALSE(result.ok());
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_EQ(result.errors[0].line, 6);
+  EXPECT_NE(result.errors[0].message.find("ignoring case"), std::string::npos) << result.errors[0].message;
+}
+
 // What the proxy does per request: check the target, then route its path.
 TEST(RouteTableTest, AbsoluteFormIsRoutedByItsPath) {
   RouteTable table(ConfigWithPrefixes({"/", "/orders"}));
