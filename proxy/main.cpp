@@ -7,6 +7,7 @@
 #include "common/version.h"
 #include "config/config.h"
 #include "fence/fence_registry.h"
+#include "reload/config_reloader.h"
 #include "server/proxy_server.h"
 #include "state/state_store.h"
 #include "state/state_writer.h"
@@ -24,6 +25,8 @@ namespace {
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
+// The fallback check of the route file's content, for file systems where inotify sees nothing.
+constexpr auto kConfigPollInterval = std::chrono::seconds(5);
 
 void PrintConfigErrors(const ConfigResult& result) {
   for (const ConfigError& error : result.errors) std::cerr << error.ToString() << "\n";
@@ -57,18 +60,6 @@ int RunCheck(const std::string& config_path) {
             << ", listen " << config.listen.ToString() << ", backend " << config.backend_url << ", " << state_summary
             << "\n";
   return kExitOk;
-}
-
-// Settings bound to sockets, threads or files at start-up; changing them needs a restart.
-std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded) {
-  if (running.listen.ToString() != loaded.listen.ToString()) return "listen";
-  if (running.admin_listen.ToString() != loaded.admin_listen.ToString()) return "admin_listen";
-  if (running.backend_url != loaded.backend_url) return "backend";
-  if (running.state_file != loaded.state_file) return "state_file";
-  if (running.threads != loaded.threads) return "threads";
-  if (running.limits.max_connections != loaded.limits.max_connections) return "limits.max_connections";
-  if (running.timeouts.connect != loaded.timeouts.connect) return "timeouts.connect";
-  return "";
 }
 
 int RunProxy(const std::string& config_path) {
@@ -118,26 +109,21 @@ int RunProxy(const std::string& config_path) {
                                     {"state_file", config->state_file},
                                     {"fences", fences_at_start}});
 
+  ConfigReloader reloader(config_path, config, metrics,
+                          [&server](std::shared_ptr<const ProxyConfig> loaded) { server->Reload(std::move(loaded)); });
+  reloader.StartWatching(kConfigPollInterval);
+
   for (;;) {
     int signal = 0;
     if (sigwait(&signals, &signal) != 0) continue;
     if (signal == SIGHUP) {
-      ConfigResult reloaded = LoadConfigFile(config_path);
-      if (!reloaded.ok()) {
-        LogConfigErrors("reload failed: invalid route file; the running routes are kept", reloaded);
-        continue;
-      }
-      if (std::string key = RestartOnlyChange(*config, *reloaded.config); !key.empty()) {
-        LogError("reload refused: this setting needs a restart; the running routes are kept", {{"key", key}});
-        continue;
-      }
-      config = reloaded.config;
-      server->Reload(config);
-      LogInfo("route file reloaded", {{"routes", config->routes.size()}});
+      reloader.Reload("SIGHUP");
       continue;
     }
     break;  // SIGTERM or SIGINT
   }
+  reloader.Stop();
+  config = reloader.running();
 
   LogInfo("shutting down: not ready, no new connections, draining in-flight requests",
           {{"timeout_ms", config->timeouts.shutdown.count()}});

@@ -72,6 +72,28 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                .Help("Failed writes or syncs of the state file (the first one is terminal).")
                                .Register(*registry_)
                                .Add({});
+  state_compactions_ = &BuildCounter()
+                            .Name("fencing_proxy_state_compactions_total")
+                            .Help("Rewrites of the state file as a snapshot (keeps it small).")
+                            .Register(*registry_)
+                            .Add({});
+  config_last_reload_successful_ = &BuildGauge()
+                                        .Name("fencing_proxy_config_last_reload_successful")
+                                        .Help("1 if the last route-file load was applied, 0 if it was refused.")
+                                        .Register(*registry_)
+                                        .Add({});
+  config_last_reload_success_timestamp_ =
+      &BuildGauge()
+           .Name("fencing_proxy_config_last_reload_success_timestamp_seconds")
+           .Help("Unix time of the last route-file load that was applied (start-up counts).")
+           .Register(*registry_)
+           .Add({});
+  auto& reloads = BuildCounter()
+                      .Name("fencing_proxy_config_reloads_total")
+                      .Help("Route-file reloads by result.")
+                      .Register(*registry_);
+  config_reloads_success_ = &reloads.Add({{"result", "success"}});
+  config_reloads_failure_ = &reloads.Add({{"result", "failure"}});
   BuildGauge()
       .Name("fencing_proxy_build_info")
       .Help("Version and revision of the running binary.")

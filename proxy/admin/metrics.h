@@ -66,6 +66,11 @@ class Metrics {
   prometheus::Gauge& connections() { return *connections_; }
   prometheus::Counter& connections_refused() { return *connections_refused_; }
   prometheus::Counter& state_write_failures() { return *state_write_failures_; }
+  prometheus::Counter& state_compactions() { return *state_compactions_; }
+  prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
+  prometheus::Gauge& config_last_reload_success_timestamp_seconds() { return *config_last_reload_success_timestamp_; }
+  prometheus::Counter& config_reloads() { return *config_reloads_success_; }
+  prometheus::Counter& config_reloads_failed() { return *config_reloads_failure_; }
 
   // The Prometheus text exposition of everything above.
   std::string Serialize() const;
@@ -82,6 +87,11 @@ class Metrics {
   prometheus::Gauge* connections_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* state_write_failures_;
+  prometheus::Counter* state_compactions_;
+  prometheus::Gauge* config_last_reload_successful_;
+  prometheus::Gauge* config_last_reload_success_timestamp_;
+  prometheus::Counter* config_reloads_success_;
+  prometheus::Counter* config_reloads_failure_;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;

@@ -1,0 +1,57 @@
+#pragma once
+// Reloading the route file: on SIGHUP, when the file's directory changes (a Kubernetes ConfigMap
+// volume swaps a "..data" symlink, which a watch on the file itself would miss), and by a
+// periodic content check as a fallback. A new file is validated completely before it replaces
+// the running one; an invalid one is logged with file:line:col and the old routes keep running.
+// Fence state is never touched by a reload.
+
+#include "config/config.h"
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace fencing {
+
+class Metrics;
+
+class ConfigReloader {
+ public:
+  using Apply = std::function<void(std::shared_ptr<const ProxyConfig>)>;
+
+  ConfigReloader(std::string path, std::shared_ptr<const ProxyConfig> running, Metrics& metrics, Apply apply);
+  ~ConfigReloader();
+
+  // Loads the file and applies it when it is valid, differs from the running one, and changes
+  // nothing that needs a restart. Returns whether the running configuration is now the file's.
+  // Safe to call from any thread; reloads are serialised.
+  bool Reload(std::string_view trigger);
+
+  // Watches the file's directory (inotify) and checks the content every poll_interval.
+  void StartWatching(std::chrono::milliseconds poll_interval);
+  void Stop();
+
+  std::shared_ptr<const ProxyConfig> running() const;
+
+ private:
+  void Watch(std::chrono::milliseconds poll_interval);
+  bool ContentChanged();
+
+  const std::string path_;
+  Metrics& metrics_;
+  const Apply apply_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const ProxyConfig> running_;
+  std::string last_content_;  // what the file held at the last load attempt
+  int stop_fd_ = -1;          // eventfd that wakes the watcher to stop
+  std::thread watcher_;
+};
+
+// Settings bound to sockets, threads or files at start-up; "" if none of them differ.
+std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded);
+
+}  // namespace fencing

@@ -1,0 +1,114 @@
+"""Reload and shutdown through the real binary: SIGHUP, a changed file, a ConfigMap-style symlink
+swap, an invalid file (old routes kept, metrics say so), and SIGTERM draining an in-flight write."""
+
+import os
+import signal
+import threading
+import time
+
+from harness import ProxyTestCase, metric, to_yaml, wait_for
+
+ROUTES_ENFORCE = [{"name": "orders", "prefix": "/orders"}]
+ROUTES_OBSERVE = [{"name": "orders", "prefix": "/orders", "mode": "observe"}]
+
+
+class LifecycleTest(ProxyTestCase):
+    def setUp(self):
+        super().setUp()
+        self.backend = self.start_backend()
+
+    def write_config(self, proxy, routes, path=None, extra=None):
+        """Rewrites the proxy's route file with the same listeners and these routes."""
+        config = {"listen": "127.0.0.1:%d" % proxy.port,
+                  "admin_listen": "127.0.0.1:%d" % proxy.admin_port,
+                  "backend": self.backend.url, "state_file": proxy.state_file, "routes": routes}
+        config.update(extra or {})
+        target = path or proxy.config_path
+        tmp = target + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(to_yaml(config) + "\n")
+        os.replace(tmp, target)
+
+    def stale_status(self, proxy):
+        """Raises the fence to 10 (idempotent) and returns the status of a write with token 9."""
+        self.assert2xx(proxy.request("PUT", "/orders/x", 10, b"ten"), "token 10 is accepted")
+        return proxy.request("PUT", "/orders/x", 9, b"nine")[0]
+
+    def reload_metrics(self, proxy):
+        samples = proxy.metrics()
+        return (metric(samples, "fencing_proxy_config_last_reload_successful"),
+                metric(samples, "fencing_proxy_config_reloads_total", result="failure") or 0)
+
+    def test_sighup_applies_a_valid_file_and_keeps_the_fence(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
+        self.assertEqual(self.stale_status(proxy), 409, "enforce mode refuses a stale token")
+        self.write_config(proxy, ROUTES_OBSERVE)
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.stale_status(proxy) == 200, what="observe mode after SIGHUP")
+        self.assertEqual(proxy.fence("orders").get("max_token"), 10, "a reload never resets a fence")
+        self.assertEqual(self.reload_metrics(proxy)[0], 1.0, "config_last_reload_successful is 1")
+
+    def test_invalid_file_keeps_the_running_routes(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
+        with open(proxy.config_path, "w", encoding="utf-8") as f:
+            f.write("listen: [not, an, address]\nroutes: 5\n")
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.reload_metrics(proxy)[0] == 0.0, what="config_last_reload_successful 0")
+        self.assertEqual(self.stale_status(proxy), 409, "the old enforce route still runs")
+        self.assertGreaterEqual(self.reload_metrics(proxy)[1], 1, "the failed reload is counted")
+        self.assertRegex(proxy.stderr_text(), r"routes\.yaml:\d+:\d+: ",
+                         "the log names the error as file:line:col")
+        self.assertTrue(proxy.running(), "an invalid file never stops the proxy")
+
+    def test_restart_only_settings_are_refused_on_reload(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
+        self.write_config(proxy, ROUTES_OBSERVE, extra={"threads": 3})
+        proxy.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.reload_metrics(proxy)[0] == 0.0, what="the refused reload")
+        self.assertEqual(self.stale_status(proxy), 409, "nothing of the refused file was applied")
+        self.assertIn("needs a restart", proxy.stderr_text())
+
+    def test_a_changed_file_is_picked_up_without_a_signal(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
+        self.assertEqual(self.stale_status(proxy), 409)
+        self.write_config(proxy, ROUTES_OBSERVE)
+        wait_for(lambda: self.stale_status(proxy) == 200, timeout=4.0,
+                 what="the directory watch to apply the new file")
+
+    def test_configmap_symlink_swap_is_picked_up(self):
+        # A ConfigMap volume: routes.yaml -> ..data/routes.yaml, ..data -> a timestamped
+        # directory; an update writes a new directory and renames a new ..data symlink over it.
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend, start=False)
+        volume = os.path.join(proxy.workdir, "volume")
+        os.makedirs(os.path.join(volume, "..v1"))
+        self.write_config(proxy, ROUTES_ENFORCE, path=os.path.join(volume, "..v1", "routes.yaml"))
+        os.symlink("..v1", os.path.join(volume, "..data"))
+        os.symlink("..data/routes.yaml", os.path.join(volume, "routes.yaml"))
+        proxy.config_path = os.path.join(volume, "routes.yaml")
+        proxy.start()
+        self.assertEqual(self.stale_status(proxy), 409)
+        os.makedirs(os.path.join(volume, "..v2"))
+        self.write_config(proxy, ROUTES_OBSERVE, path=os.path.join(volume, "..v2", "routes.yaml"))
+        os.symlink("..v2", os.path.join(volume, "..data_tmp"))
+        os.rename(os.path.join(volume, "..data_tmp"), os.path.join(volume, "..data"))
+        wait_for(lambda: self.stale_status(proxy) == 200, timeout=4.0,
+                 what="the swapped ConfigMap to be applied")
+
+    def test_sigterm_drains_an_inflight_write_and_exits_zero(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE, "timeouts": {"shutdown": "5s"}},
+                                 self.backend)
+        result = {}
+
+        def slow_write():
+            result["response"] = proxy.request("PUT", "/orders/slow", 5, b"slow",
+                                               headers={"X-Demo-Delay-Ms": "1000"})
+        writer = threading.Thread(target=slow_write)
+        writer.start()
+        wait_for(lambda: proxy.fence("orders").get("inflight") == 1, what="the write in flight")
+        proxy.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: proxy.admin("GET", "/readyz")[0] == 503, timeout=2.0,
+                 what="/readyz to turn 503 while draining")
+        writer.join(10)
+        self.assertEqual(result["response"][0], 200, "the in-flight write completes during the drain")
+        self.assertEqual(proxy.wait_exit(), 0, "SIGTERM ends with exit 0")
+        self.assertEqual([r["path"] for r in self.backend.records("/orders")], ["/orders/slow"])
