@@ -89,9 +89,15 @@ int RunProxy(const std::string& config_path) {
   const size_t fences_at_start = store->maxima().size();  // read now: the writer owns the store from here
 
   Metrics metrics;
-  auto writer = std::make_unique<StateWriter>(
-      *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); });
-  auto registry = std::make_unique<FenceRegistry>(store->maxima(), *writer, metrics);
+  std::unique_ptr<FenceRegistry> registry;
+  std::unique_ptr<StateWriter> writer;
+  writer = std::make_unique<StateWriter>(
+      *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); },
+      [&](bool ok, double) {
+        metrics.state_compactions(ok).Increment();
+        if (!ok && writer->failed()) registry->MarkStateFailed("a compaction could not be made durable");
+      });
+  registry = std::make_unique<FenceRegistry>(store->maxima(), *writer, metrics);
   auto server = std::make_unique<ProxyServer>(config, *registry, metrics);
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});

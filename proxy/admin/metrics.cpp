@@ -72,11 +72,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                .Help("Failed writes or syncs of the state file (the first one is terminal).")
                                .Register(*registry_)
                                .Add({});
-  state_compactions_ = &BuildCounter()
-                            .Name("fencing_proxy_state_compactions_total")
-                            .Help("Rewrites of the state file as a snapshot (keeps it small).")
-                            .Register(*registry_)
-                            .Add({});
+  auto& compactions = BuildCounter()
+                          .Name("fencing_proxy_state_compactions_total")
+                          .Help("Rewrites of the state file as a snapshot (keeps it small), by result.")
+                          .Register(*registry_);
+  state_compactions_ = &compactions.Add({{"result", "success"}});
+  state_compactions_failed_ = &compactions.Add({{"result", "failure"}});
   config_last_reload_successful_ = &BuildGauge()
                                         .Name("fencing_proxy_config_last_reload_successful")
                                         .Help("1 if the last route-file load was applied, 0 if it was refused.")

@@ -66,7 +66,7 @@ class Metrics {
   prometheus::Gauge& connections() { return *connections_; }
   prometheus::Counter& connections_refused() { return *connections_refused_; }
   prometheus::Counter& state_write_failures() { return *state_write_failures_; }
-  prometheus::Counter& state_compactions() { return *state_compactions_; }
+  prometheus::Counter& state_compactions(bool ok) { return ok ? *state_compactions_ : *state_compactions_failed_; }
   prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
   prometheus::Gauge& config_last_reload_success_timestamp_seconds() { return *config_last_reload_success_timestamp_; }
   prometheus::Counter& config_reloads() { return *config_reloads_success_; }
@@ -88,6 +88,7 @@ class Metrics {
   prometheus::Counter* connections_refused_;
   prometheus::Counter* state_write_failures_;
   prometheus::Counter* state_compactions_;
+  prometheus::Counter* state_compactions_failed_;
   prometheus::Gauge* config_last_reload_successful_;
   prometheus::Gauge* config_last_reload_success_timestamp_;
   prometheus::Counter* config_reloads_success_;

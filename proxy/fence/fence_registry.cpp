@@ -40,13 +40,15 @@ std::vector<FenceRegistry::Entry> FenceRegistry::Snapshot() const {
   return entries;
 }
 
+void FenceRegistry::MarkStateFailed(std::string_view why) {
+  if (state_failed_.exchange(true, std::memory_order_acq_rel)) return;
+  metrics_.state_write_failures().Increment();
+  LogError("state file failed: fenced writes are refused until the proxy is restarted", {{"reason", why}});
+}
+
 void FenceRegistry::Persist(Fence& fence, uint64_t token) {
   writer_.Submit(fence.name(), token, [this, &fence, token](bool ok) {
-    if (!ok && !state_failed_.exchange(true, std::memory_order_acq_rel)) {
-      metrics_.state_write_failures().Increment();
-      LogError("state file write failed: fenced writes are refused until the proxy is restarted",
-               {{"fence", fence.name()}, {"token", token}});
-    }
+    if (!ok) MarkStateFailed("a raise could not be made durable (fence " + fence.name() + ")");
     fence.OnPersisted(token, ok);
   });
 }

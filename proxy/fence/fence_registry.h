@@ -28,6 +28,9 @@ class FenceRegistry : private FencePersister {
 
   // False once a state write or sync has failed: fenced writes are refused, /readyz fails.
   bool healthy() const { return !state_failed_.load(std::memory_order_acquire); }
+  // The state file can no longer be trusted (a failed write or sync anywhere, including a
+  // compaction's): every fenced write is refused from now on. Idempotent, any thread.
+  void MarkStateFailed(std::string_view why);
 
   struct Entry {
     std::string name;

@@ -56,6 +56,8 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       // as much a dot segment as "..".
       std::string_view bare = segment.substr(0, segment.find(';'));
       if (bare == "." || bare == "..") return Refuse("the path has a dot segment");
+      // And "/;x/orders" as much an empty segment as "//orders" (which they merge into "/orders").
+      if (bare.empty() && !last) return Refuse("the path has an empty segment hidden behind a path parameter");
       segment_start = i + 1;
       continue;
     }
@@ -72,6 +74,10 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       if (decoded == '/' || decoded == '\\') return Refuse("the path has an encoded slash or backslash");
       if (decoded == 0 || decoded < 0x20 || decoded == 0x7f) return Refuse("the path has an encoded control byte");
       if (IsUnreserved(decoded)) return Refuse("the path percent-encodes an unreserved character (such as %2e)");
+      // "%252e" is "%2e" to a backend that decodes twice: an encoded '%' starting an escape.
+      if (decoded == '%' && i + 4 < path.size() && HexValue(path[i + 3]) >= 0 && HexValue(path[i + 4]) >= 0) {
+        return Refuse("the path has a double-encoded escape (such as %252e)");
+      }
       i += 2;
     }
   }

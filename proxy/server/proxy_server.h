@@ -37,6 +37,35 @@ struct ServerShared {
   uint64_t max_connections = 0;
 };
 
+// Relay buffers for the requests a worker is forwarding, reused instead of allocated per request.
+// Only the worker's thread touches it; idle connections hold none.
+class RelayBuffers {
+ public:
+  static constexpr size_t kSize = 16 * 1024;
+  static constexpr size_t kKeep = 64;  // spares kept; more concurrent requests allocate and free
+
+  struct Lease {
+    RelayBuffers* owner;
+    std::unique_ptr<char[]> buffer;
+    Lease(RelayBuffers* o, std::unique_ptr<char[]> b) : owner(o), buffer(std::move(b)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (buffer && owner->spare_.size() < kKeep) owner->spare_.push_back(std::move(buffer));
+    }
+    char* data() const { return buffer.get(); }
+  };
+
+  Lease Take() {
+    if (spare_.empty()) return Lease(this, std::unique_ptr<char[]>(new char[kSize]));  // not zeroed
+    Lease lease(this, std::move(spare_.back()));
+    spare_.pop_back();
+    return lease;
+  }
+
+ private:
+  std::vector<std::unique_ptr<char[]>> spare_;
+};
+
 class Worker {
  public:
   Worker(ServerShared& shared, std::vector<boost::asio::ip::tcp::endpoint> backend,
@@ -46,6 +75,7 @@ class Worker {
 
   boost::asio::io_context& io() { return *ioc_; }
   UpstreamPool& pool() { return *pool_; }
+  RelayBuffers& relay_buffers() { return relay_buffers_; }
   ServerShared& shared() { return shared_; }
   // The current config, as seen by this worker (only touched on its thread).
   const std::shared_ptr<const Runtime>& runtime() const { return runtime_; }
@@ -64,6 +94,7 @@ class Worker {
 
   ServerShared& shared_;
   std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
+  RelayBuffers relay_buffers_;   // likewise outlives the sessions that lease from it
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;

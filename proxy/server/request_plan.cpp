@@ -4,6 +4,7 @@
 #include "routing/path_check.h"
 #include "server/framing.h"
 
+#include <functional>
 #include <string>
 
 namespace fencing {
@@ -36,6 +37,20 @@ void RejectWith(RequestPlan& plan, Outcome outcome, http::status status, std::st
   plan.problem.detail = std::move(detail);
 }
 
+// The path as a servlet container (Tomcat, Jetty, Spring MVC) routes it: ";params" dropped from
+// every segment ("/orders;x/1" -> "/orders/1").
+std::string WithoutPathParameters(std::string_view path) {
+  std::string bare;
+  bare.reserve(path.size());
+  bool in_parameter = false;
+  for (char c : path) {
+    if (c == '/') in_parameter = false;
+    if (c == ';') in_parameter = true;
+    if (!in_parameter) bare.push_back(c);
+  }
+  return bare;
+}
+
 }  // namespace
 
 RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runtime) {
@@ -47,15 +62,27 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               std::string("the request is refused because it has ") + framing.reason),
                   true);
   }
+  // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
+  if (size_t hosts = head.count(http::field::host); hosts > 1 || (hosts == 0 && head.version() >= 11)) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(http::status::bad_request, "bad-host", "Bad Host header",
+                              hosts ? "the request has more than one Host header"
+                                    : "an HTTP/1.1 request must have a Host header"));
+  }
+  // After CONNECT or an Upgrade the client's next bytes belong to another protocol: the
+  // connection is closed rather than read as the next request.
   if (head.method() == http::verb::connect) {
-    return Reject(Outcome::kRejectedRequest, MakeProblem(http::status::method_not_allowed, "method-not-allowed",
-                                                         "Method not allowed", "CONNECT is not proxied"));
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(http::status::method_not_allowed, "method-not-allowed", "Method not allowed",
+                              "CONNECT is not proxied"),
+                  true);
   }
   if (head.count(http::field::upgrade) > 0) {
     // A switched protocol would carry writes the fence never sees.
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(http::status::bad_request, "upgrade-refused", "Protocol upgrade refused",
-                              "protocol upgrades (Upgrade header) are not proxied"));
+                              "protocol upgrades (Upgrade header) are not proxied"),
+                  true);
   }
 
   TargetCheck target = CheckRequestTarget(head.target());
@@ -66,11 +93,29 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
   }
 
   RequestPlan plan;
-  // Origin-form for the backend: the path and query of the checked target.
+  // Origin-form for the backend: the path and query of the checked target. The path is a view
+  // into the target, except for an absolute-form target without one ("http://h"), whose path
+  // CheckRequestTarget gives as a static "/": subtracting pointers into unrelated objects there
+  // threw out_of_range from substr (the connection ended without an answer).
   std::string_view full_target = head.target();
-  plan.origin_target = full_target.substr(static_cast<size_t>(target.path.data() - full_target.data()));
+  const std::less_equal<const char*> at_or_before;
+  if (at_or_before(full_target.data(), target.path.data()) &&
+      at_or_before(target.path.data(), full_target.data() + full_target.size())) {
+    plan.origin_target = full_target.substr(static_cast<size_t>(target.path.data() - full_target.data()));
+  } else {
+    plan.origin_target = target.path;  // "/"
+  }
 
   plan.route = runtime.Match(target.path);
+  // A backend that drops path parameters must not see the request under another route than the
+  // one that decided on it: "/orders;x/1" matches no route here but is "/orders/1" there.
+  if (target.path.find(';') != std::string_view::npos &&
+      runtime.Match(WithoutPathParameters(target.path)) != plan.route) {
+    return Reject(Outcome::kRejectedPath,
+                  MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
+                              "the path could reach the backend as another route: a path parameter (';') "
+                              "changes the route the path matches"));
+  }
   if (!plan.route) {
     if (config.unmatched == Unmatched::kReject) {
       RejectWith(plan, Outcome::kUnmatched, http::status::not_found, "no-route", "No route",

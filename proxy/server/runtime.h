@@ -7,6 +7,8 @@
 #include "fence/fence.h"
 #include "routing/route_table.h"
 
+#include <boost/beast/core/string.hpp>
+
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -18,9 +20,11 @@ struct RouteRuntime {
   Fence* fence;
   const RouteMetrics* metrics;
 
+  // Compared ignoring case: methods are case-sensitive in HTTP, but a backend that upper-cases
+  // them would apply "put" as PUT, so "put" is fenced like PUT.
   bool FencesMethod(std::string_view method) const {
     for (const std::string& m : config->methods) {
-      if (m == method) return true;
+      if (boost::beast::iequals(m, method)) return true;
     }
     return false;
   }

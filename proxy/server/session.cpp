@@ -33,7 +33,7 @@ namespace {
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 // Relay buffer, held only while a request is being forwarded (idle connections hold none).
-constexpr size_t kRelayBufferSize = 16 * 1024;
+constexpr size_t kRelayBufferSize = RelayBuffers::kSize;
 // A rejected request's body up to this size is read and dropped to keep the connection alive;
 // a larger one closes the connection instead of being read.
 constexpr uint64_t kDiscardLimit = 64 * 1024;
@@ -313,8 +313,8 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
     upstream_req.chunked(true);
   }
 
-  auto relay_buffer = std::make_unique<char[]>(kRelayBufferSize);
-  char* buf = relay_buffer.get();
+  RelayBuffers::Lease relay_buffer = worker_.relay_buffers().Take();
+  char* buf = relay_buffer.data();
   boost::system::error_code ec;
   std::unique_ptr<UpstreamConnection> upstream = co_await worker_.pool().Acquire(ec);
 

@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <unistd.h>
 
 namespace fencing {
 namespace {
@@ -185,9 +184,9 @@ ReplayResult ReplayRecords(std::string_view file) {
   return result;
 }
 
-bool WriteFully(int fd, std::string_view data) {
+bool WriteFully(FileOps& ops, int fd, std::string_view data) {
   while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
+    ssize_t n = ops.Write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -208,21 +207,21 @@ std::string ParentDirectory(const std::string& path) {
   return path.substr(0, slash);
 }
 
-Status SyncDirectory(const std::string& dir) {
-  int fd;
-  do {
-    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return Status::Error(dir + ": cannot open directory to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::Error(dir + ": fsync of directory failed: " + std::strerror(err));
+std::string SnapshotTempPath(const std::string& path) { return path + ".tmp"; }
+
+Status SyncDirectory(FileOps& ops, const std::string& dir) {
+  // Not retried on EINTR: like fdatasync, a failed fsync may have lost what it was to write.
+  if (ops.SyncDirectory(dir) != 0) {
+    return Status::Error(dir + ": fsync of directory failed: " + std::strerror(errno));
+  }
   return Status::Ok();
 }
 
-Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd) {
-  const std::string tmp = path + ".tmp";
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd, FileOps* ops,
+                     bool* renamed) {
+  FileOps& fs = ops != nullptr ? *ops : *DefaultFileOps();
+  if (renamed != nullptr) *renamed = false;
+  const std::string tmp = SnapshotTempPath(path);
   std::string data = EncodeHeader();
   for (const auto& [fence, token] : maxima) {
     if (!IsValidFenceName(fence)) return Status::Error(path + ": invalid fence name \"" + fence + "\"");
@@ -230,31 +229,34 @@ Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* lo
   }
 
   // A leftover from a crashed snapshot is garbage; O_EXCL then guarantees a fresh inode.
-  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+  if (fs.Unlink(tmp) != 0 && errno != ENOENT) {
     return Status::Error(tmp + ": cannot remove stale snapshot: " + std::strerror(errno));
   }
   int fd;
   do {
-    fd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = fs.Open(tmp, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return Status::Error(tmp + ": cannot create snapshot: " + std::strerror(errno));
 
-  auto fail = [&](const std::string& what, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+  // Everything up to the rename leaves the name alone: drop the temp file and report.
+  auto abandon = [&](const std::string& what, int err) {
+    fs.Close(fd);
+    fs.Unlink(tmp);
     return Status::Error(tmp + ": " + what + ": " + std::strerror(err));
   };
   // Locked before it gets the real name, so no other process can take the new file's lock.
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return fail("cannot lock snapshot", errno);
-  if (!WriteFully(fd, data)) return fail("write failed", errno);
-  if (::fdatasync(fd) != 0) return fail("fdatasync failed", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename over " + path, errno);
+  if (fs.Flock(fd, LOCK_EX | LOCK_NB) != 0) return abandon("cannot lock snapshot", errno);
+  if (!WriteFully(fs, fd, data)) return abandon("write failed", errno);
+  // A failed sync is not retried: this temp file is given up and a later snapshot starts afresh.
+  if (fs.Fdatasync(fd) != 0) return abandon("fdatasync failed", errno);
+  if (fs.Rename(tmp, path) != 0) return abandon("cannot rename over " + path, errno);
+  if (renamed != nullptr) *renamed = true;
 
-  Status dir = SyncDirectory(ParentDirectory(path));
-  if (locked_fd != nullptr && dir.ok()) {
-    *locked_fd = fd;
+  Status dir = SyncDirectory(fs, ParentDirectory(path));
+  if (locked_fd != nullptr) {
+    *locked_fd = fd;  // even after a failed directory sync: the name holds this inode now
   } else {
-    ::close(fd);
+    fs.Close(fd);
   }
   return dir;
 }

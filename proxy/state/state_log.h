@@ -1,8 +1,9 @@
 #pragma once
 // The state file's on-disk format (FORMAT.md beside this file): constants, CRC, record encoding,
-// replay, and the small POSIX helpers the store and `state set` share. No state lives here.
+// replay, and the small file helpers the store and `state set` share. No state lives here.
 
 #include "common/status.h"
+#include "state/file_ops.h"
 #include "state/state_store.h"
 
 #include <cstddef>
@@ -52,6 +53,10 @@ HeaderCheck CheckHeader(std::string_view file, std::string* reason);
 
 // Appends one encoded SET_MAX record to *out. The name must be valid.
 void EncodeRecord(const FenceRecord& record, std::string* out);
+// The size EncodeRecord gives a record for this fence.
+inline constexpr size_t EncodedRecordSize(std::string_view fence) {
+  return kRecordHeaderSize + kSetMaxFixedPayload + fence.size();
+}
 
 struct ReplayResult {
   FenceMaxima maxima;
@@ -64,19 +69,27 @@ struct ReplayResult {
 // Replays the records of a whole file whose header was already checked.
 ReplayResult ReplayRecords(std::string_view file);
 
-// --- POSIX helpers (errno-preserving, EINTR handled) ---
+// --- File helpers (through a FileOps; errno-preserving, EINTR handled) ---
 
 // Writes all of data; false with errno set on failure.
-bool WriteFully(int fd, std::string_view data);
+bool WriteFully(FileOps& ops, int fd, std::string_view data);
 // Makes a directory entry change (create, rename) durable.
-Status SyncDirectory(const std::string& dir);
+Status SyncDirectory(FileOps& ops, const std::string& dir);
 // The directory holding path ("." for a bare name).
 std::string ParentDirectory(const std::string& path);
+// Where a snapshot of path is written before it is renamed over path.
+std::string SnapshotTempPath(const std::string& path);
 
 // Replaces path with a snapshot of maxima: PATH.tmp created, locked, written, fdatasync'd,
 // renamed over path, directory fsync'd (FORMAT.md "Snapshot"). Crash-safe: the name always
-// holds the old or the new complete file. If locked_fd is not null it receives the new file's
-// open, flock'ed descriptor (O_RDWR|O_APPEND) for compaction; otherwise it is closed.
-Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd);
+// holds the old or the new complete file.
+// *renamed (if not null) tells whether the new file took the name; a failure after that is the
+// directory sync's. Before it, nothing under the name changed and the temp file is removed.
+// If locked_fd is not null it receives the new file's open, flock'ed descriptor
+// (O_RDWR|O_APPEND) whenever the rename happened, even if the directory sync then failed, so
+// the caller can keep the lock on the inode the name now holds; otherwise it is closed.
+// ops null means the real calls.
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd,
+                     FileOps* ops = nullptr, bool* renamed = nullptr);
 
 }  // namespace fencing

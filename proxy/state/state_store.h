@@ -1,6 +1,7 @@
 #pragma once
 // The durable record of every fence's max_token: an append-only log (format: FORMAT.md beside
-// this file), locked with flock(2) for the life of the process, replayed at open.
+// this file), locked with flock(2) for the life of the process, replayed at open, and compacted
+// into a snapshot when it has grown well past what the maxima need.
 
 #include "common/status.h"
 
@@ -12,6 +13,7 @@
 
 namespace fencing {
 
+class FileOps;
 class StateStoreTestPeer;  // tests/unit/state_test.cpp: reaches the fd to inject I/O failures
 
 struct FenceRecord {
@@ -21,10 +23,18 @@ struct FenceRecord {
 
 using FenceMaxima = std::map<std::string, uint64_t>;
 
+// When the log is compacted: both bounds must be passed (FORMAT.md "Compaction").
+struct CompactionPolicy {
+  uint64_t min_file_bytes = 64 * 1024;  // a small log is never worth rewriting
+  uint64_t snapshot_ratio = 4;          // the log must be this many times its snapshot's size
+};
+
 struct OpenOptions {
   bool create_if_missing = true;  // the proxy creates; `state show` does not
   bool lock = true;               // flock(LOCK_EX|LOCK_NB); `state show` reads without it
   bool read_only = false;         // `state show`: never truncates a torn tail or writes
+  CompactionPolicy compaction{};
+  FileOps* file_ops = nullptr;    // every file-system call goes here; null means the real ones
 };
 
 class StateStore {
@@ -42,7 +52,7 @@ class StateStore {
 
   const std::string& path() const { return path_; }
   const FenceMaxima& maxima() const { return maxima_; }  // as replayed plus every append since
-  // maxima(), failed() and sync_count() are not synchronized: read them before a StateWriter
+  // maxima(), failed() and the counters are not synchronized: read them before a StateWriter
   // starts or after it is destroyed (StateWriter::failed() is the thread-safe view).
   uint64_t torn_tail_bytes() const { return torn_tail_bytes_; }
 
@@ -54,17 +64,39 @@ class StateStore {
   // Successful fdatasyncs by AppendAndSync (group-commit tests and diagnostics).
   uint64_t sync_count() const { return sync_count_; }
 
+  // True when the log has passed the compaction policy's bounds (and no failed compaction asks
+  // to wait for more growth). Only a locked, writable, healthy store compacts.
+  bool CompactionDue() const;
+  // Rewrites the file as a snapshot of maxima() and appends to the snapshot from then on
+  // (FORMAT.md "Compaction"). A failure before the snapshot takes the name is not terminal: the
+  // log is kept and the next try waits until it has grown by min_file_bytes more. A failure
+  // after it (the directory sync) is terminal, like a failed append.
+  Status Compact();
+  // Completed compactions (the snapshot under the name and the directory synced).
+  uint64_t compaction_count() const { return compaction_count_; }
+  // The log's size as this store wrote it; and what a snapshot of maxima() would take.
+  uint64_t file_bytes() const { return file_bytes_; }
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+
  private:
   friend class StateStoreTestPeer;
   StateStore() = default;
+  void NoteMaximum(const std::string& fence, uint64_t token);
 
   std::string path_;
+  FileOps* ops_ = nullptr;
+  CompactionPolicy policy_;
   int fd_ = -1;
   FenceMaxima maxima_;
   uint64_t torn_tail_bytes_ = 0;
   bool failed_ = false;
   bool read_only_ = false;
+  bool locked_ = false;
   uint64_t sync_count_ = 0;
+  uint64_t compaction_count_ = 0;
+  uint64_t file_bytes_ = 0;
+  uint64_t snapshot_bytes_ = 0;
+  uint64_t compaction_retry_at_ = 0;  // after a failed compaction: the size to grow to first
 };
 
 }  // namespace fencing

@@ -10,8 +10,12 @@
 
 namespace fencing {
 
-StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync)
-    : store_(store), observe_sync_(std::move(observe_sync)), failed_(store.failed()) {
+StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, CompactionObserver observe_compaction)
+    : store_(store),
+      observe_sync_(std::move(observe_sync)),
+      observe_compaction_(std::move(observe_compaction)),
+      compactions_(store.compaction_count()),
+      failed_(store.failed()) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -86,7 +90,23 @@ void StateWriter::Run() {
     for (Pending& p : batch) {
       if (p.done) p.done(ok);
     }
+    // Only after a good sync, and after answering: compaction never delays an acknowledgement.
+    if (ok) CompactIfDue();
   }
+}
+
+void StateWriter::CompactIfDue() {
+  if (!store_.CompactionDue()) return;
+  const auto start = std::chrono::steady_clock::now();
+  Status status = store_.Compact();  // logs its own outcome
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  compactions_.store(store_.compaction_count(), std::memory_order_relaxed);
+  if (store_.failed()) {  // a failed directory sync after the rename: terminal
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+  }
+  // After failed_ is set, so that an observer asking failed() hears a terminal failure.
+  if (observe_compaction_) observe_compaction_(status.ok(), took.count());
 }
 
 }  // namespace fencing

@@ -7,6 +7,8 @@ is bounded; a proxy that does not come up raises HarnessError with its stderr.
 Environment:
   FP_BINARY      the fencing-proxy binary (default: build/proxy/fencing-proxy in the source tree)
   FP_SOURCE_DIR  the source tree (default: two levels above this file)
+  FP_FAULT_SHIM  the drop_unsynced LD_PRELOAD shim built from tests/fault (default: looked for
+                 in the build tree FP_BINARY belongs to; empty means not built)
 """
 
 import atexit
@@ -108,6 +110,28 @@ def check_binary():
     if _binary_checked[0] is not None:
         raise HarnessError("fencing-proxy at %s is broken: --version %s"
                            % (BINARY, _binary_checked[0]))
+
+
+def fault_shim_path():
+    """The drop_unsynced shim (tests/fault/drop_unsynced.c), or None when it was not built."""
+    path = os.environ.get("FP_FAULT_SHIM")
+    if path is None:  # run by hand: the build tree the binary came from
+        path = os.path.join(os.path.dirname(BINARY), "..", "tests", "fault",
+                            "libfp_drop_unsynced.so")
+    return os.path.abspath(path) if path and os.path.isfile(path) else None
+
+
+def preload_env(*libraries):
+    """Extra environment to run the proxy with LD_PRELOAD libraries (in this order; none when the
+    preloading is done by a wrapper such as fiu-run). A sanitizer build insists that its runtime
+    come first in the library list; fault-injection libraries only wrap libc calls, so that check
+    is turned off."""
+    env = {}
+    if libraries:
+        env["LD_PRELOAD"] = " ".join(libraries)
+    asan = os.environ.get("ASAN_OPTIONS")
+    env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
+    return env
 
 
 def run_cli(*args, timeout=START_TIMEOUT):
@@ -394,8 +418,14 @@ class Proxy:
     top-level key). backend: a Backend, a URL string, or None (then config must name one).
     """
 
-    def __init__(self, config, backend=None, state_file=None, workdir=None, start=True):
+    def __init__(self, config, backend=None, state_file=None, workdir=None, start=True,
+                 wrapper=None, env=None):
         check_binary()
+        # wrapper: argv placed before the binary (e.g. a fault-injection launcher that execs it,
+        # so the proxy keeps the wrapper's pid); env: variables added to the proxy's environment
+        # (e.g. LD_PRELOAD). Both apply to every start() and restart(); change them in between
+        # with set_launch().
+        self.wrapper, self.env = list(wrapper or []), dict(env or {})
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="fp-proxy-")
         self.config_path = os.path.join(self.workdir, "routes.yaml")
@@ -444,14 +474,19 @@ class Proxy:
         if self.proc is not None and self.proc.poll() is None:
             raise HarnessError("proxy already running")
         self._stderr = open(self.stderr_path, "ab")
-        self.proc = subprocess.Popen([BINARY, "--config", self.config_path],
+        env = dict(os.environ, **self.env) if self.env else None
+        self.proc = subprocess.Popen([*self.wrapper, BINARY, "--config", self.config_path],
                                      stdin=subprocess.DEVNULL, stdout=self._stderr,
-                                     stderr=self._stderr, cwd=self.workdir,
+                                     stderr=self._stderr, cwd=self.workdir, env=env,
                                      start_new_session=True)
         _live.add(self.proc)
         if wait:
             self.wait_ready()
         return self
+
+    def set_launch(self, wrapper=None, env=None):
+        """Sets the wrapper argv and extra environment for the next start() (see __init__)."""
+        self.wrapper, self.env = list(wrapper or []), dict(env or {})
 
     def wait_ready(self, timeout=START_TIMEOUT):
         def healthy():
@@ -583,10 +618,11 @@ class ProxyTestCase(unittest.TestCase):
         self.addCleanup(backend.stop)
         return backend
 
-    def start_proxy(self, config, backend=None, state_file=None, start=True, name=None):
+    def start_proxy(self, config, backend=None, state_file=None, start=True, name=None,
+                    wrapper=None, env=None):
         workdir = os.path.join(self.workdir, name or "proxy%d" % len(self._proxies))
         os.makedirs(workdir, exist_ok=True)
-        proxy = Proxy(config, backend, state_file, workdir, start=False)
+        proxy = Proxy(config, backend, state_file, workdir, start=False, wrapper=wrapper, env=env)
         self.addCleanup(self._report_and_stop, proxy)
         self._proxies.append(proxy)
         if start:

@@ -54,7 +54,8 @@ INSTANTIATE_TEST_SUITE_P(
                     // The query is forwarded as sent: path rules do not apply to it.
                     AcceptCase{"/a?x=/../", "/a"}, AcceptCase{"/a?x=%2e%2e&y=//z\\", "/a"},
                     AcceptCase{"/a?x=%zz", "/a"},
-                    AcceptCase{"/a;v=1/..b", "/a;v=1/..b"}));
+                    AcceptCase{"/a;v=1/..b", "/a;v=1/..b"},
+                    AcceptCase{"/100%25off", "/100%25off"}));
 
 // ---------------------------------------------------------------- CheckRequestTarget: refused
 
@@ -77,6 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
         std::string("/a/../b"), std::string("/a/./b"), std::string("/.."), std::string("/."),
         // Path parameters do not hide a dot segment from a servlet container.
         std::string("/x/..;/orders"), std::string("/x/..;jsessionid=1/orders"), std::string("/.;x"),
+        // A backend that decodes twice reads "%252e" as ".".
+        std::string("/x/%252e%252e/orders"), std::string("/a%2541"),
         std::string("/a/.."), std::string("/a/."), std::string("/../a"), std::string("/a/..?x"),
         std::string("http://host/a/../orders"),
         // Empty segments.

@@ -1,0 +1,210 @@
+// The byte-level head checks that run before Boost.Beast sees a request (server/raw_head.h):
+// FindHeadEnd measures the head as bytes arrive, CheckRawHead refuses every head that two HTTP
+// parsers could read differently (obs-fold, bare CR or LF, control bytes, odd names or request
+// lines). Both are driven from tables; each refusal must say why.
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/raw_head.h"
+
+namespace fencing {
+namespace {
+
+// ---------------------------------------------------------------- FindHeadEnd
+
+struct FindCase {
+  const char* what;
+  std::vector<std::string> parts;  // arrive one after the other; FindHeadEnd runs after each
+  size_t end;                      // the head length once every part is in (0: not complete)
+};
+
+void PrintTo(const FindCase& c, std::ostream* os) { *os << c.what; }
+
+class FindHeadEndTest : public testing::TestWithParam<FindCase> {};
+
+TEST_P(FindHeadEndTest, MeasuresTheHeadAsBytesArrive) {
+  const FindCase& c = GetParam();
+  std::string data;
+  size_t scanned = 0;
+  size_t found = 0;
+  for (size_t i = 0; i < c.parts.size(); ++i) {
+    data += c.parts[i];
+    found = FindHeadEnd(data, &scanned);
+    if (i + 1 < c.parts.size()) {
+      ASSERT_EQ(found, 0u) << c.what << ": the head cannot end within part " << i;
+      EXPECT_EQ(scanned, data.size()) << c.what << ": progress covers what was searched";
+    }
+  }
+  EXPECT_EQ(found, c.end) << c.what;
+  if (found == 0) {
+    EXPECT_EQ(scanned, data.size()) << c.what;
+  }
+}
+
+TEST_P(FindHeadEndTest, ByteByByteFindsTheSameEnd) {
+  const FindCase& c = GetParam();
+  std::string whole;
+  for (const std::string& part : c.parts) whole += part;
+  std::string data;
+  size_t scanned = 0;
+  size_t found = 0;
+  for (char ch : whole) {
+    data += ch;
+    found = FindHeadEnd(data, &scanned);
+    if (found != 0) break;
+  }
+  EXPECT_EQ(found, c.end) << c.what;
+  // And all at once, from a fresh start.
+  size_t fresh = 0;
+  EXPECT_EQ(FindHeadEnd(whole, &fresh), c.end) << c.what;
+}
+
+const std::string kGet = "GET /orders/1 HTTP/1.1\r\nHost: a\r\n\r\n";  // 35 bytes
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, FindHeadEndTest,
+    testing::Values(
+        FindCase{"complete head with CRLFCRLF", {kGet}, kGet.size()},
+        FindCase{"request line only", {"GET / HTTP/1.1\r\n\r\n"}, 18},
+        FindCase{"body bytes after the head are not counted", {kGet + "hello"}, kGet.size()},
+        FindCase{"a second pipelined head after the first is not counted", {kGet + kGet}, kGet.size()},
+        FindCase{"no end yet", {"GET / HTTP/1.1\r\nHost: a\r\n"}, 0},
+        FindCase{"empty input", {""}, 0},
+        FindCase{"a lone CRLF", {"\r\n"}, 0},
+        FindCase{"CR CR is no end", {"GET / HTTP/1.1\r\r"}, 0},
+        FindCase{"CRLF CR without the last LF", {"GET / HTTP/1.1\r\nHost: a\r\n\r"}, 0},
+        FindCase{"bare LF LF ends a head (so it can be refused)", {"GET / HTTP/1.1\nHost: a\n\n"}, 24},
+        FindCase{"LF CRLF ends a head", {"GET / HTTP/1.1\nHost: a\n\r\n"}, 25},
+        FindCase{"CRLF LF ends a head", {"GET / HTTP/1.1\r\nHost: a\r\n\n"}, 26},
+        FindCase{"leading CRLF CRLF", {"\r\n\r\nGET / HTTP/1.1\r\n\r\n"}, 4},
+        FindCase{"incremental: split inside the request line", {"GET /ord", "ers/1 HTTP/1.1\r\nHost: a\r\n\r\n"},
+                 kGet.size()},
+        FindCase{"incremental: split between CRLF and CRLF", {"GET /orders/1 HTTP/1.1\r\nHost: a\r\n", "\r\n"},
+                 kGet.size()},
+        FindCase{"incremental: split inside the final CRLF",
+                 {"GET /orders/1 HTTP/1.1\r\nHost: a\r\n\r", "\n"}, kGet.size()},
+        FindCase{"incremental: split between CR and LF of the first empty-line half",
+                 {"GET /orders/1 HTTP/1.1\r\nHost: a\r", "\n\r\n"}, kGet.size()},
+        FindCase{"incremental: bare LF LF split", {"GET / HTTP/1.1\n", "\n"}, 16},
+        FindCase{"incremental: many parts, body in the last",
+                 {"G", "ET / HTTP/1.1\r", "\n", "X: y\r\n", "\r", "\nbody"}, 24}));
+
+// ---------------------------------------------------------------- CheckRawHead
+
+struct RawCase {
+  const char* what;
+  std::string head;  // as FindHeadEnd would measure it
+  bool ok;
+};
+
+void PrintTo(const RawCase& c, std::ostream* os) { *os << c.what; }
+
+class CheckRawHeadTest : public testing::TestWithParam<RawCase> {};
+
+TEST_P(CheckRawHeadTest, RefusesHeadsTwoParsersCouldReadDifferently) {
+  const RawCase& c = GetParam();
+  size_t scanned = 0;
+  ASSERT_EQ(FindHeadEnd(c.head, &scanned), c.head.size()) << c.what << ": the table's head is a whole head";
+  RawHeadCheck check = CheckRawHead(c.head);
+  EXPECT_EQ(check.ok, c.ok) << c.what << ": " << check.reason;
+  if (check.ok) {
+    EXPECT_STREQ(check.reason, "") << c.what;
+  } else {
+    EXPECT_STRNE(check.reason, "") << c.what << ": a refusal says why";
+  }
+}
+
+std::string Head(std::string_view fields) { return "PUT /orders/1 HTTP/1.1\r\n" + std::string(fields) + "\r\n"; }
+std::string Line(std::string_view request_line) { return std::string(request_line) + "\r\nHost: a\r\n\r\n"; }
+std::string WithByte(std::string_view before, char byte, std::string_view after) {
+  std::string s(before);
+  s += byte;
+  s += after;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Accepts, CheckRawHeadTest,
+    testing::Values(
+        RawCase{"request line only", "GET / HTTP/1.1\r\n\r\n", true},
+        RawCase{"several fields", Head("Host: a\r\nX-Fencing-Token: 5\r\nContent-Length: 3\r\nAccept: */*\r\n"), true},
+        RawCase{"an empty value", Head("Host: a\r\nX-Empty:\r\n"), true},
+        RawCase{"an empty value with a space", Head("X-Empty: \r\n"), true},
+        RawCase{"obs-text in a value", Head("X-Name: caf\xc3\xa9 \x80\xff\r\n"), true},
+        RawCase{"a tab in a value", Head("X-Tab: a\tb\r\nX-Lead:\t7\t\r\n"), true},
+        RawCase{"no space after the colon", Head("Host:a\r\n"), true},
+        RawCase{"every token character in a name", Head("!#$%&'*+-.^_`|~09AZaz: v\r\n"), true},
+        RawCase{"a colon inside the value", Head("Host: a:8080\r\n"), true},
+        RawCase{"query and percent escapes in the target", Line("GET /orders/%41?x=1&y=%2F HTTP/1.1"), true},
+        RawCase{"absolute-form target", Line("PUT http://h/orders/1 HTTP/1.1"), true},
+        RawCase{"HTTP/1.0", Line("GET / HTTP/1.0"), true}));
+
+INSTANTIATE_TEST_SUITE_P(
+    Refuses, CheckRawHeadTest,
+    testing::Values(
+        // Continuation lines: Beast 1.81 folds them into the previous value ("5" + " 1").
+        RawCase{"obs-fold with a space", Head("X-Fencing-Token: 5\r\n 1\r\n"), false},
+        RawCase{"obs-fold with a tab", Head("X-Fencing-Token: 5\r\n\t1\r\n"), false},
+        RawCase{"obs-fold right after the request line", "PUT /orders/1 HTTP/1.1\r\n Host: a\r\n\r\n", false},
+        RawCase{"obs-fold of an empty value", Head("X-Fencing-Token:\r\n 10\r\n"), false},
+        // Line endings.
+        RawCase{"bare LF ends a field line", "PUT /orders/1 HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", false},
+        RawCase{"bare LF ends the request line", "PUT /orders/1 HTTP/1.1\nHost: a\r\n\r\n", false},
+        RawCase{"bare LF everywhere", "PUT /orders/1 HTTP/1.1\nHost: a\n\n", false},
+        RawCase{"bare LF as the empty line", "PUT /orders/1 HTTP/1.1\r\nHost: a\r\n\n", false},
+        RawCase{"bare CR inside a value", Head("X-A: a\rb\r\n"), false},
+        RawCase{"bare CR inside a name", Head("X\r-A: b\r\n"), false},
+        RawCase{"bare CR before CRLF", Head("X-A: a\r\r\n"), false},
+        RawCase{"bare CR in the request line", Line("PUT /orders/1\r HTTP/1.1"), false},
+        // Control bytes.
+        RawCase{"NUL in a value", Head(WithByte("X-A: a", '\0', "b\r\n")), false},
+        RawCase{"NUL in a name", Head(WithByte("X-", '\0', "A: b\r\n")), false},
+        RawCase{"NUL at the end of a value", Head(WithByte("X-Fencing-Token: 5", '\0', "\r\n")), false},
+        RawCase{"0x01 in a value", Head("X-A: a\x01z\r\n"), false},
+        RawCase{"0x1f in a value", Head("X-A: a\x1fz\r\n"), false},
+        RawCase{"DEL 0x7f in a value", Head("X-A: a\x7fz\r\n"), false},
+        RawCase{"vertical tab in a value", Head("X-A: a\vz\r\n"), false},
+        RawCase{"form feed in a value", Head("X-A: a\fz\r\n"), false},
+        // Names.
+        RawCase{"whitespace before ':'", Head("Content-Length : 5\r\n"), false},
+        RawCase{"tab before ':'", Head("Content-Length\t: 5\r\n"), false},
+        RawCase{"whitespace inside a name", Head("Content Length: 5\r\n"), false},
+        RawCase{"an empty name", Head(":x\r\n"), false},
+        RawCase{"a line without ':'", Head("Host a\r\n"), false},
+        RawCase{"a separator in a name", Head("X(A): b\r\n"), false},
+        RawCase{"obs-text in a name", Head("X-\xc3\xa9: b\r\n"), false},
+        // The request line.
+        RawCase{"a leading empty line", "\r\nGET / HTTP/1.1\r\n\r\n", false},
+        RawCase{"only an empty line", "\r\n\r\n", false},
+        RawCase{"leading space", Line(" GET / HTTP/1.1"), false},
+        RawCase{"leading tab", Line("\tGET / HTTP/1.1"), false},
+        RawCase{"request line with 1 space", Line("GET /HTTP/1.1"), false},
+        RawCase{"request line with no space", Line("GET"), false},
+        RawCase{"request line with 3 spaces", Line("GET / x HTTP/1.1"), false},
+        RawCase{"request line with two spaces in a row", Line("GET  / HTTP/1.1"), false},
+        RawCase{"request line with a trailing space", Line("GET / HTTP/1.1 "), false},
+        RawCase{"HTTP/0.9 style request line", Line("GET /"), false},
+        RawCase{"tab in the request line", Line("GET\t/ HTTP/1.1"), false},
+        RawCase{"tab instead of the second space", Line("GET /\tHTTP/1.1"), false},
+        RawCase{"non-ASCII byte in the target", Line("GET /ord\xc3\xa9rs HTTP/1.1"), false},
+        RawCase{"0x80 in the target", Line("GET /\x80 HTTP/1.1"), false},
+        RawCase{"control byte in the target", Line("GET /a\x01 HTTP/1.1"), false},
+        RawCase{"DEL in the target", Line("GET /a\x7f HTTP/1.1"), false},
+        RawCase{"NUL in the target", Line(WithByte("GET /orders", '\0', "/../admin HTTP/1.1")), false},
+        RawCase{"vertical tab in the target", Line("GET /a\vb HTTP/1.1"), false}));
+
+TEST(CheckRawHeadTest, RefusesBytesAfterTheEmptyLineAndHeadsWithoutOne) {
+  EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\n\r\nX").ok);
+  EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\nHost: a\r\n").ok);
+  EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\nHost: a").ok);
+  EXPECT_FALSE(CheckRawHead("").ok);
+}
+
+}  // namespace
+}  // namespace fencing

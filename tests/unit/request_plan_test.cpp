@@ -1,0 +1,585 @@
+// The decision on a request head (server/request_plan.h), without sockets: framing, method,
+// target, route and token, in that order, then the fence's answer turned into a forward or a
+// problem. A Runtime is built from a parsed route file, with real Fence objects behind a fake
+// persister and real RouteMetrics; heads are Beast request headers.
+
+#include <gtest/gtest.h>
+
+#include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "admin/metrics.h"
+#include "config/config.h"
+#include "fence/fence.h"
+#include "server/problem.h"
+#include "server/request_plan.h"
+#include "server/runtime.h"
+
+namespace fencing {
+namespace {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+using Action = RequestPlan::Action;
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+// Raises are not exercised here: a raise is durable at once.
+class FakePersister : public FencePersister {
+ public:
+  void Persist(Fence& fence, uint64_t token) override { fence.OnPersisted(token, true); }
+};
+
+class NullWaiter : public RaiseWaiter {
+ public:
+  void Resolve(Admission, uint64_t) override {}
+};
+
+constexpr const char* kRoutes =
+    "routes:\n"
+    "  - name: orders\n"
+    "    prefix: /orders\n"
+    "  - name: notes\n"
+    "    prefix: /notes\n"
+    "    mode: observe\n"
+    "  - name: open\n"
+    "    prefix: /open\n"
+    "    missing_token: allow\n"
+    "  - name: blind\n"
+    "    prefix: /blind\n"
+    "    forward_token: false\n"
+    "  - name: items\n"
+    "    prefix: /orders/items\n"
+    "    fence: orders\n"
+    "    methods: [GET, PUT]\n";
+
+enum class Variant {
+  kPass,    // unmatched: pass, no root route
+  kReject,  // unmatched: reject, no root route
+  kRoot,    // unmatched: reject, and a root route "/" (so nothing is unmatched)
+};
+
+const char* VariantName(Variant v) {
+  switch (v) {
+    case Variant::kPass: return "unmatched: pass";
+    case Variant::kReject: return "unmatched: reject";
+    case Variant::kRoot: return "root route";
+  }
+  return "?";
+}
+
+// One Runtime per variant, built the way ProxyServer::BuildRuntime does, with the orders fence
+// at max_token 10 and every other fence at 0.
+class Env {
+ public:
+  explicit Env(Variant variant) {
+    std::string text = "backend: http://127.0.0.1:8081\nstate_file: fences.log\n";
+    text += variant == Variant::kPass ? "unmatched: pass\n" : "unmatched: reject\n";
+    text += kRoutes;
+    if (variant == Variant::kRoot) text += "  - name: root\n    prefix: /\n";
+    ConfigResult parsed = ParseConfig(text, "plan.yaml");
+    for (const ConfigError& e : parsed.errors) ADD_FAILURE() << e.ToString();
+    config_ = parsed.config;
+    if (!config_) return;
+    std::vector<RouteRuntime> routes;
+    for (const RouteConfig& route : config_->routes) {
+      routes.push_back(RouteRuntime{&route, &GetFence(route.fence), &metrics_.ForRoute(route.name)});
+    }
+    runtime_ = std::make_unique<Runtime>(config_, std::move(routes), &metrics_.ForRoute(kNoRouteLabel));
+  }
+
+  const Runtime& runtime() const { return *runtime_; }
+  bool ok() const { return runtime_ != nullptr; }
+  Fence& fence(const std::string& name) { return *fences_.at(name); }
+  std::atomic<bool>& state_failed() { return state_failed_; }
+
+ private:
+  Fence& GetFence(const std::string& name) {
+    auto& slot = fences_[name];
+    if (!slot) {
+      slot = std::make_unique<Fence>(name, name == "orders" ? 10 : 0, persister_, state_failed_,
+                                     [] { return 0.0; }, &metrics_.ForFence(name));
+    }
+    return *slot;
+  }
+
+  Metrics metrics_;
+  FakePersister persister_;
+  std::atomic<bool> state_failed_{false};
+  std::shared_ptr<const ProxyConfig> config_;
+  std::map<std::string, std::unique_ptr<Fence>> fences_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+Env& EnvFor(Variant variant) {
+  static Env pass(Variant::kPass), reject(Variant::kReject), root(Variant::kRoot);
+  switch (variant) {
+    case Variant::kPass: return pass;
+    case Variant::kReject: return reject;
+    case Variant::kRoot: return root;
+  }
+  return pass;
+}
+
+http::request_header<> Head(std::string_view method, std::string_view target, const Fields& fields,
+                            unsigned version = 11) {
+  http::request_header<> h;
+  h.method_string(method);
+  h.target(target);
+  h.version(version);
+  // Every HTTP/1.1 request needs one Host; cases about Host say "Host" themselves.
+  bool names_host = false;
+  for (const auto& [name, value] : fields) names_host = names_host || boost::beast::iequals(name, "Host");
+  if (!names_host && version >= 11) h.set(http::field::host, "proxy.test");
+  for (const auto& [name, value] : fields) h.insert(name, value);  // insert: duplicates stay separate
+  return h;
+}
+
+// ---------------------------------------------------------------- PlanRequest
+
+struct PlanCase {
+  const char* what;
+  std::string method = "PUT";
+  std::string target = "/orders/1";
+  Fields fields = {};
+  unsigned version = 11;
+  Variant variant = Variant::kPass;
+  // Expected:
+  Action action = Action::kReject;
+  Outcome outcome = Outcome::kRejectedRequest;
+  int status = 0;              // kReject: the problem's status
+  bool close = false;          // kReject: the connection must close
+  const char* route = nullptr;  // the matched route's name; nullptr: none
+  uint64_t token = 0;          // kFence
+  const char* origin = nullptr;  // the upstream target; nullptr: not checked (rejections)
+  bool drop_token = false;     // drop_header names the token header
+};
+
+void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.what << " [" << VariantName(c.variant) << "]"; }
+
+class PlanRequestTest : public testing::TestWithParam<PlanCase> {};
+
+TEST_P(PlanRequestTest, DecidesOnTheHead) {
+  const PlanCase& c = GetParam();
+  Env& env = EnvFor(c.variant);
+  ASSERT_TRUE(env.ok());
+  http::request_header<> head = Head(c.method, c.target, c.fields, c.version);
+  RequestPlan plan = PlanRequest(head, env.runtime());
+
+  EXPECT_EQ(static_cast<int>(plan.action), static_cast<int>(c.action)) << c.what << ": action";
+  EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(c.outcome)) << c.what << ": outcome";
+  if (c.route) {
+    ASSERT_NE(plan.route, nullptr) << c.what << ": expected route " << c.route;
+    EXPECT_EQ(plan.route->config->name, c.route) << c.what;
+  } else {
+    EXPECT_EQ(plan.route, nullptr) << c.what << ": expected no route, got " << plan.route->config->name;
+  }
+  if (c.action == Action::kReject) {
+    EXPECT_EQ(static_cast<int>(plan.problem.status), c.status) << c.what << ": status";
+    EXPECT_EQ(plan.close, c.close) << c.what << ": close";
+    EXPECT_FALSE(plan.problem.type.empty()) << c.what;
+    EXPECT_FALSE(plan.problem.title.empty()) << c.what;
+    EXPECT_FALSE(plan.problem.detail.empty()) << c.what;
+    if (c.route) {
+      EXPECT_EQ(plan.problem.route, c.route) << c.what << ": a route's rejection names the route";
+      EXPECT_EQ(plan.problem.fence, plan.route->config->fence) << c.what;
+    }
+  } else {
+    EXPECT_FALSE(plan.close) << c.what;
+  }
+  if (c.action == Action::kFence) {
+    EXPECT_EQ(plan.token, c.token) << c.what;
+    EXPECT_EQ(plan.problem.token, c.token) << c.what << ": the token is ready for a 409 body";
+  }
+  if (c.origin) {
+    EXPECT_EQ(plan.origin_target, c.origin) << c.what << ": origin_target";
+  }
+  EXPECT_EQ(plan.drop_header, c.drop_token ? std::string_view("X-Fencing-Token") : std::string_view())
+      << c.what << ": drop_header";
+  // The metrics the session will count into: the route's, or the unmatched ones.
+  EXPECT_EQ(&plan.metrics(env.runtime()),
+            plan.route ? plan.route->metrics : &env.runtime().unmatched_metrics())
+      << c.what;
+}
+
+const Fields kToken10 = {{"X-Fencing-Token", "10"}};
+
+Fields Token(std::string value) { return {{"X-Fencing-Token", std::move(value)}}; }
+Fields With(Fields a, const Fields& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Framing: 400, and the connection cannot be trusted for another request.
+PlanCase Framing(const char* what, Fields fields, unsigned version = 11) {
+  return PlanCase{.what = what, .fields = With(kToken10, fields), .version = version,
+                  .outcome = Outcome::kRejectedRequest, .status = 400, .close = true};
+}
+
+// A path that could reach the backend as another route: 400, counted as rejected_path.
+PlanCase BadPath(const char* what, std::string target, Variant variant = Variant::kPass) {
+  return PlanCase{.what = what, .target = std::move(target), .fields = Token("5"), .variant = variant,
+                  .outcome = Outcome::kRejectedPath, .status = 400};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Framing, PlanRequestTest,
+    testing::Values(
+        Framing("Content-Length with Transfer-Encoding", {{"Content-Length", "3"}, {"Transfer-Encoding", "chunked"}}),
+        Framing("two different Content-Lengths", {{"Content-Length", "3"}, {"Content-Length", "4"}}),
+        Framing("two equal Content-Lengths", {{"Content-Length", "3"}, {"Content-Length", "3"}}),
+        Framing("Content-Length 3, 3", {{"Content-Length", "3, 3"}}),
+        Framing("Content-Length abc", {{"Content-Length", "abc"}}),
+        Framing("Content-Length -1", {{"Content-Length", "-1"}}),
+        Framing("Content-Length +5", {{"Content-Length", "+5"}}),
+        Framing("Transfer-Encoding gzip", {{"Transfer-Encoding", "gzip"}}),
+        Framing("Transfer-Encoding identity", {{"Transfer-Encoding", "identity"}}),
+        Framing("Transfer-Encoding chunked, gzip", {{"Transfer-Encoding", "chunked, gzip"}}),
+        Framing("Transfer-Encoding gzip, chunked", {{"Transfer-Encoding", "gzip, chunked"}}),
+        Framing("Transfer-Encoding on HTTP/1.0", {{"Transfer-Encoding", "chunked"}}, 10),
+        Framing("CR LF inside a value", {{"X-A", "a\r\nContent-Length: 5"}}),
+        Framing("NUL inside a value", {{"X-B", std::string("1\0", 2)}}),
+        // Framing comes first: it beats a refused method, an Upgrade and a bad path.
+        PlanCase{.what = "CONNECT with Content-Length and Transfer-Encoding", .method = "CONNECT",
+                 .target = "h:443", .fields = {{"Content-Length", "3"}, {"Transfer-Encoding", "chunked"}},
+                 .status = 400, .close = true},
+        PlanCase{.what = "a bad path with two Content-Lengths", .target = "/orders/../admin",
+                 .fields = {{"Content-Length", "1"}, {"Content-Length", "1"}}, .status = 400, .close = true},
+        PlanCase{.what = "Upgrade with Transfer-Encoding gzip", .method = "GET",
+                 .fields = {{"Upgrade", "websocket"}, {"Transfer-Encoding", "gzip"}}, .status = 400,
+                 .close = true},
+        // Unambiguous framing is not a refusal.
+        PlanCase{.what = "one Content-Length", .fields = With(kToken10, {{"Content-Length", "3"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1"},
+        PlanCase{.what = "chunked", .fields = With(kToken10, {{"Transfer-Encoding", "chunked"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1"}));
+
+INSTANTIATE_TEST_SUITE_P(
+    MethodAndUpgrade, PlanRequestTest,
+    testing::Values(
+        PlanCase{.what = "CONNECT", .method = "CONNECT", .target = "h:443", .status = 405, .close = true},
+        PlanCase{.what = "CONNECT to a fenced path", .method = "CONNECT", .target = "/orders/1", .fields = kToken10,
+                 .status = 405, .close = true},
+        PlanCase{.what = "CONNECT with unmatched: reject", .method = "CONNECT", .target = "h:443",
+                 .variant = Variant::kReject, .status = 405, .close = true},
+        PlanCase{.what = "Upgrade: websocket", .method = "GET",
+                 .fields = {{"Connection", "Upgrade"}, {"Upgrade", "websocket"}}, .status = 400, .close = true},
+        PlanCase{.what = "Upgrade: h2c on an unfenced path", .method = "GET", .target = "/other",
+                 .fields = {{"Upgrade", "h2c"}}, .status = 400, .close = true},
+        PlanCase{.what = "Upgrade with a valid token", .fields = With(kToken10, {{"Upgrade", "websocket"}}),
+                 .status = 400, .close = true},
+        PlanCase{.what = "an empty Upgrade header", .method = "GET", .fields = {{"Upgrade", ""}}, .status = 400, .close = true}));
+
+// RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host.
+INSTANTIATE_TEST_SUITE_P(
+    Host, PlanRequestTest,
+    testing::Values(
+        PlanCase{.what = "two Host headers", .fields = With(kToken10, {{"Host", "a"}, {"Host", "b"}}), .status = 400}));
+
+// "put" is not PUT to HTTP, but a backend that upper-cases methods would apply it as one.
+INSTANTIATE_TEST_SUITE_P(
+    MethodCase, PlanRequestTest,
+    testing::Values(PlanCase{.what = "lower-case put without a token", .method = "put",
+                             .outcome = Outcome::kRejectedMissing, .status = 428, .route = "orders"},
+                    PlanCase{.what = "mixed-case Put with a token", .method = "Put", .fields = kToken10,
+                             .action = Action::kFence, .outcome = Outcome::kRejectedRequest, .route = "orders",
+                             .token = 10, .origin = "/orders/1"}));
+
+TEST(PlanRequestHostTest, Http11WithoutHostIsRefusedHttp10IsNot) {
+  Env& env = EnvFor(Variant::kPass);
+  http::request_header<> head;
+  head.method_string("GET");
+  head.target("/other");
+  head.version(11);
+  RequestPlan plan = PlanRequest(head, env.runtime());
+  EXPECT_EQ(plan.action, Action::kReject);
+  EXPECT_EQ(plan.problem.status, http::status::bad_request);
+  head.version(10);
+  plan = PlanRequest(head, env.runtime());
+  EXPECT_EQ(plan.action, Action::kForward) << "HTTP/1.0 may omit Host";
+}
+
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, PlanRequestTest,
+    testing::Values(
+        BadPath("dot-dot out of the fenced prefix", "/orders/../admin"),
+        BadPath("dot-dot into the fenced prefix", "/x/../orders"),
+        BadPath("dot-dot into the fenced prefix, root route", "/x/../orders", Variant::kRoot),
+        BadPath("dot segment", "/./orders/1"),
+        BadPath("trailing dot-dot", "/orders/1/.."),
+        BadPath("dot-dot with a path parameter", "/x/..;a/orders"),
+        BadPath("encoded dot-dot", "/%2e%2e/orders"),
+        BadPath("encoded dot-dot, upper case", "/%2E%2E/orders"),
+        BadPath("encoded slash", "/orders%2fx"),
+        BadPath("encoded slash, upper case", "/x%2F..%2Forders"),
+        BadPath("encoded backslash", "/x%5c..%5corders"),
+        BadPath("empty segment", "//orders"),
+        BadPath("empty segment inside", "/orders//1"),
+        BadPath("backslash", "/orders\\x"),
+        BadPath("encoded unreserved letter", "/%6Frders"),
+        BadPath("encoded NUL", "/orders%00/1"),
+        BadPath("malformed escape", "/orders%zz"),
+        BadPath("truncated escape", "/orders%2"),
+        BadPath("asterisk-form", "*"),
+        BadPath("no leading slash", "orders/1"),
+        BadPath("absolute-form with a query and no path", "http://h?x=1"),
+        BadPath("absolute-form with dot-dot", "http://h/x/../orders"),
+        BadPath("another scheme", "ftp://h/orders"),
+        // Servlet containers (Tomcat, Jetty, Spring) drop ";params" from every segment before
+        // routing: these reach them as "/orders/1" or "//orders".
+        BadPath("a path parameter on the fenced segment", "/orders;x/1"),
+        BadPath("a path parameter on the fenced segment, last", "/orders;jsessionid=A"),
+        BadPath("a path parameter on the fenced segment, root route", "/orders;x/1", Variant::kRoot),
+        BadPath("an empty segment hidden behind a parameter", "/;x/orders"),
+        BadPath("a path parameter moving to a longer prefix", "/orders/items;x/1")));
+
+INSTANTIATE_TEST_SUITE_P(
+    Routes, PlanRequestTest,
+    testing::Values(
+        PlanCase{.what = "unmatched, pass", .target = "/other/1?q=1", .fields = Token("5"), .variant = Variant::kPass,
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other/1?q=1"},
+        PlanCase{.what = "not a whole segment of /orders, pass", .target = "/ordersX", .fields = Token("5"),
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/ordersX"},
+        PlanCase{.what = "unmatched, reject", .target = "/other/1", .variant = Variant::kReject,
+                 .outcome = Outcome::kUnmatched, .status = 404},
+        PlanCase{.what = "unmatched GET, reject", .method = "GET", .target = "/", .variant = Variant::kReject,
+                 .outcome = Outcome::kUnmatched, .status = 404},
+        PlanCase{.what = "root route catches the rest", .target = "/other/1", .variant = Variant::kRoot,
+                 .outcome = Outcome::kRejectedMissing, .status = 428, .route = "root"},
+        PlanCase{.what = "root route, token", .target = "/", .fields = Token("3"), .variant = Variant::kRoot,
+                 .action = Action::kFence, .route = "root", .token = 3, .origin = "/"},
+        PlanCase{.what = "longest prefix wins", .method = "GET", .target = "/orders/items/3",
+                 .fields = Token("4"), .action = Action::kFence, .route = "items", .token = 4,
+                 .origin = "/orders/items/3"},
+        PlanCase{.what = "unfenced method", .method = "GET", .action = Action::kForward,
+                 .outcome = Outcome::kUnfenced, .route = "orders", .origin = "/orders/1"},
+        PlanCase{.what = "unfenced method with a malformed token", .method = "HEAD", .fields = Token("x"),
+                 .action = Action::kForward, .outcome = Outcome::kUnfenced, .route = "orders",
+                 .origin = "/orders/1"},
+        PlanCase{.what = "method not in the route's list", .method = "DELETE", .target = "/orders/items/1",
+                 .action = Action::kForward, .outcome = Outcome::kUnfenced, .route = "items"},
+        PlanCase{.what = "an extension method is not fenced by default", .method = "PROPPATCH",
+                 .action = Action::kForward, .outcome = Outcome::kUnfenced, .route = "orders"},
+        PlanCase{.what = "origin-form keeps the query", .target = "/orders/1?a=b&c=%2F", .fields = kToken10,
+                 .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1?a=b&c=%2F"},
+        PlanCase{.what = "absolute-form is routed by its path", .target = "http://h/orders/1?x=1",
+                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
+                 .origin = "/orders/1?x=1"},
+        PlanCase{.what = "absolute-form, upper-case scheme and a port", .target = "HTTPS://H:8443/orders",
+                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders"},
+        PlanCase{.what = "absolute-form, an unmatched path", .method = "GET", .target = "http://h/other",
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other"},
+        PlanCase{.what = "a path parameter that changes no route", .target = "/orders/1;jsessionid=A?q",
+                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
+                 .origin = "/orders/1;jsessionid=A?q"},
+        PlanCase{.what = "a path parameter, unmatched either way", .target = "/other;x/1", .fields = Token("5"),
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other;x/1"},
+        PlanCase{.what = "a parameter in the query is no path parameter", .target = "/other?a=/orders;x",
+                 .fields = Token("5"), .action = Action::kForward, .outcome = Outcome::kUnmatched,
+                 .origin = "/other?a=/orders;x"},
+        PlanCase{.what = "absolute-form without a path is '/'", .method = "GET", .target = "http://h",
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/"},
+        PlanCase{.what = "absolute-form without a path reaches the root route", .target = "http://h:80",
+                 .fields = Token("2"), .variant = Variant::kRoot, .action = Action::kFence, .route = "root",
+                 .token = 2, .origin = "/"}));
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokens, PlanRequestTest,
+    testing::Values(
+        PlanCase{.what = "missing token, reject", .outcome = Outcome::kRejectedMissing, .status = 428,
+                 .route = "orders"},
+        PlanCase{.what = "missing token, allow", .target = "/open/1", .action = Action::kForward,
+                 .outcome = Outcome::kUnfenced, .route = "open", .origin = "/open/1"},
+        PlanCase{.what = "missing token, observe", .target = "/notes/1", .action = Action::kForward,
+                 .outcome = Outcome::kObservedMissing, .route = "notes", .origin = "/notes/1"},
+        PlanCase{.what = "another header is not the token", .fields = {{"X-Fencing-Tokens", "5"}},
+                 .outcome = Outcome::kRejectedMissing, .status = 428, .route = "orders"},
+        PlanCase{.what = "malformed: letters", .fields = Token("abc"), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: empty", .fields = Token(""), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: a list", .fields = Token("5, 6"), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: hex", .fields = Token("0x5"), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: a sign", .fields = Token("+5"), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: inner space", .fields = Token("5 1"), .outcome = Outcome::kRejectedMalformed,
+                 .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: 2^64", .fields = Token("18446744073709551616"),
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed: Arabic-Indic digits", .fields = Token("\xd9\xa1\xd9\xa0"),
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+        PlanCase{.what = "malformed, allow still refuses", .target = "/open/1", .fields = Token("x"),
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "open"},
+        PlanCase{.what = "malformed, observe", .target = "/notes/1", .fields = Token("x"),
+                 .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes",
+                 .origin = "/notes/1"},
+        PlanCase{.what = "the token twice, equal", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "5"}},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+        PlanCase{.what = "the token twice, names in different case",
+                 .fields = {{"X-Fencing-Token", "5"}, {"x-fencing-token", "6"}},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+        PlanCase{.what = "the token twice, one empty", .fields = {{"X-Fencing-Token", ""}, {"X-Fencing-Token", "5"}},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+        PlanCase{.what = "the token twice, observe",
+                 .target = "/notes/1", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "6"}},
+                 .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes"},
+        PlanCase{.what = "header name in lower case", .fields = {{"x-fencing-token", "7"}}, .action = Action::kFence,
+                 .route = "orders", .token = 7, .origin = "/orders/1"},
+        PlanCase{.what = "header name in upper case", .fields = {{"X-FENCING-TOKEN", "7"}}, .action = Action::kFence,
+                 .route = "orders", .token = 7},
+        PlanCase{.what = "surrounding whitespace", .fields = Token(" \t7 "), .action = Action::kFence,
+                 .route = "orders", .token = 7},
+        PlanCase{.what = "leading zeros", .fields = Token("007"), .action = Action::kFence, .route = "orders",
+                 .token = 7},
+        PlanCase{.what = "zero", .fields = Token("0"), .action = Action::kFence, .route = "orders", .token = 0},
+        PlanCase{.what = "2^64-1", .fields = Token("18446744073709551615"), .action = Action::kFence,
+                 .route = "orders", .token = std::numeric_limits<uint64_t>::max()},
+        PlanCase{.what = "valid token, observe route is fenced too", .target = "/notes/1", .fields = Token("3"),
+                 .action = Action::kFence, .route = "notes", .token = 3, .origin = "/notes/1"},
+        PlanCase{.what = "valid token, allow route", .method = "POST", .target = "/open", .fields = Token("3"),
+                 .action = Action::kFence, .route = "open", .token = 3, .origin = "/open"},
+        PlanCase{.what = "forward_token: false drops the header", .target = "/blind/1", .fields = Token("3"),
+                 .action = Action::kFence, .route = "blind", .token = 3, .origin = "/blind/1", .drop_token = true},
+        PlanCase{.what = "forward_token: false, unfenced method", .method = "GET", .target = "/blind/1",
+                 .fields = Token("3"), .action = Action::kForward, .outcome = Outcome::kUnfenced, .route = "blind",
+                 .drop_token = true},
+        PlanCase{.what = "forward_token: false, missing token", .target = "/blind/1",
+                 .outcome = Outcome::kRejectedMissing, .status = 428, .route = "blind", .drop_token = true}));
+
+// ---------------------------------------------------------------- ApplyAdmission
+
+struct AdmissionCase {
+  const char* what;
+  const char* target;  // /orders (enforce) or /notes (observe)
+  Admission admission;
+  Action action;
+  Outcome outcome;
+  int status;  // kReject only
+  bool has_max_token;
+};
+
+void PrintTo(const AdmissionCase& c, std::ostream* os) { *os << c.what; }
+
+class ApplyAdmissionTest : public testing::TestWithParam<AdmissionCase> {};
+
+TEST_P(ApplyAdmissionTest, TurnsTheFencesAnswerIntoAForwardOrAProblem) {
+  const AdmissionCase& c = GetParam();
+  Env& env = EnvFor(Variant::kPass);
+  ASSERT_TRUE(env.ok());
+  RequestPlan plan = PlanRequest(Head("PUT", c.target, Token("5")), env.runtime());
+  ASSERT_EQ(plan.action, Action::kFence) << c.what;
+  ApplyAdmission(plan, c.admission, 9);
+
+  EXPECT_EQ(static_cast<int>(plan.action), static_cast<int>(c.action)) << c.what;
+  EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(c.outcome)) << c.what;
+  EXPECT_FALSE(plan.close) << c.what << ": a fence's refusal keeps the connection";
+  if (c.action != Action::kReject) return;
+
+  EXPECT_EQ(static_cast<int>(plan.problem.status), c.status) << c.what;
+  json::value body = json::parse(ProblemJson(plan.problem));
+  const json::object& o = body.as_object();
+  EXPECT_EQ(o.at("status").as_int64(), c.status) << c.what;
+  for (const char* field : {"title", "detail", "type"}) {
+    ASSERT_TRUE(o.contains(field)) << c.what << ": " << field;
+    EXPECT_FALSE(o.at(field).as_string().empty()) << c.what << ": " << field;
+  }
+  EXPECT_EQ(o.at("route").as_string(), plan.route->config->name) << c.what;
+  EXPECT_EQ(o.at("fence").as_string(), plan.route->config->fence) << c.what;
+  ASSERT_TRUE(o.contains("token")) << c.what;
+  EXPECT_EQ(o.at("token").to_number<uint64_t>(), 5u) << c.what;
+  auto response = MakeProblemResponse(plan.problem, 11, true);
+  if (c.has_max_token) {
+    ASSERT_TRUE(o.contains("max_token")) << c.what;
+    EXPECT_TRUE(o.at("max_token").is_number()) << c.what << ": max_token is a JSON number";
+    EXPECT_EQ(o.at("max_token").to_number<uint64_t>(), 9u) << c.what;
+    EXPECT_EQ(response[http::field::content_type], "application/problem+json") << c.what;
+    EXPECT_EQ(response["X-Fencing-Token-Max"], "9") << c.what;
+  } else {
+    EXPECT_FALSE(o.contains("max_token")) << c.what << ": " << body;
+    EXPECT_EQ(response.count("X-Fencing-Token-Max"), 0u) << c.what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ApplyAdmissionTest,
+    testing::Values(
+        AdmissionCase{"enforce, admitted", "/orders/1", Admission::kAdmitted, Action::kForward, Outcome::kForwarded,
+                      0, false},
+        AdmissionCase{"enforce, stale", "/orders/1", Admission::kStale, Action::kReject, Outcome::kRejectedStale, 409,
+                      true},
+        AdmissionCase{"enforce, state failed", "/orders/1", Admission::kFailed, Action::kReject,
+                      Outcome::kRaiseFailed, 503, false},
+        AdmissionCase{"enforce, raise timed out", "/orders/1", Admission::kWaiting, Action::kReject,
+                      Outcome::kRaiseFailed, 503, false},
+        AdmissionCase{"observe, admitted", "/notes/1", Admission::kAdmitted, Action::kForward, Outcome::kForwarded, 0,
+                      false},
+        AdmissionCase{"observe, stale", "/notes/1", Admission::kStale, Action::kForward, Outcome::kObservedStale, 0,
+                      false},
+        AdmissionCase{"observe, state failed", "/notes/1", Admission::kFailed, Action::kForward,
+                      Outcome::kRaiseFailed, 0, false},
+        AdmissionCase{"observe, raise timed out", "/notes/1", Admission::kWaiting, Action::kForward,
+                      Outcome::kRaiseFailed, 0, false}));
+
+// The plan and a real fence together, as the session runs them.
+TEST(RequestPlanWithFenceTest, StaleEqualAndFailedAgainstTheOrdersFence) {
+  Env env(Variant::kPass);
+  ASSERT_TRUE(env.ok());
+  NullWaiter waiter;
+  auto decide = [&](std::string token) {
+    RequestPlan plan = PlanRequest(Head("PUT", "/orders/1", Token(std::move(token))), env.runtime());
+    EXPECT_EQ(plan.action, Action::kFence);
+    EXPECT_EQ(plan.route->fence, &env.fence("orders"));
+    AdmitResult result = plan.route->fence->Admit(plan.token, waiter);
+    ApplyAdmission(plan, result.admission, result.max_token);
+    if (result.admission == Admission::kAdmitted) plan.route->fence->Release();
+    return plan;
+  };
+
+  RequestPlan stale = decide("5");
+  EXPECT_EQ(stale.action, Action::kReject);
+  EXPECT_EQ(stale.problem.status, http::status::conflict);
+  EXPECT_EQ(stale.problem.token, 5u);
+  EXPECT_EQ(stale.problem.max_token, 10u);
+
+  RequestPlan equal = decide("10");
+  EXPECT_EQ(equal.action, Action::kForward);
+  EXPECT_EQ(OutcomeName(equal.outcome), OutcomeName(Outcome::kForwarded));
+
+  env.state_failed() = true;
+  RequestPlan failed = decide("10");
+  EXPECT_EQ(failed.action, Action::kReject);
+  EXPECT_EQ(failed.problem.status, http::status::service_unavailable);
+  EXPECT_FALSE(failed.problem.max_token.has_value());
+}
+
+// Routes naming the same fence share it: /orders/items answers to the orders fence.
+TEST(RequestPlanWithFenceTest, RoutesSharingAFenceShareItsMax) {
+  Env env(Variant::kPass);
+  ASSERT_TRUE(env.ok());
+  RequestPlan plan = PlanRequest(Head("PUT", "/orders/items/1", Token("5")), env.runtime());
+  ASSERT_EQ(plan.action, Action::kFence);
+  EXPECT_EQ(plan.route->config->name, "items");
+  EXPECT_EQ(plan.route->fence, &env.fence("orders"));
+  NullWaiter waiter;
+  AdmitResult result = plan.route->fence->Admit(plan.token, waiter);
+  EXPECT_EQ(result.admission, Admission::kStale);
+  EXPECT_EQ(result.max_token, 10u);
+}
+
+}  // namespace
+}  // namespace fencing
