@@ -32,6 +32,10 @@ struct RouteConfig {
   // For backends that fold case (/Orders is /orders to them): match the prefix ignoring ASCII
   // case too, or "/ORDERS/1" would reach the backend unfenced.
   bool path_case_insensitive = false;
+  // Refuse a raise more than this far above the fence's max (0 = no limit). A forged or buggy
+  // huge token would otherwise fence out every real holder for good. Not applied to a fence's
+  // first raise (max 0): there is nothing to measure the jump from.
+  uint64_t max_token_jump = 0;
 };
 
 struct Timeouts {

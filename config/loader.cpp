@@ -32,7 +32,8 @@ constexpr std::string_view kTopKeys[] = {"listen",    "admin_listen", "backend",
 constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
 constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections"};
 constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
-                                           "missing_token", "mode",   "forward_token", "path_case_insensitive"};
+                                           "missing_token", "mode",   "forward_token", "path_case_insensitive",
+                                           "max_token_jump"};
 
 // A 1-based position in the file.
 struct Position {
@@ -520,6 +521,8 @@ class Loader {
           if (std::optional<bool> b = Bool(e, path)) route.forward_token = *b;
         } else if (k == "path_case_insensitive") {
           if (std::optional<bool> b = Bool(e, path)) route.path_case_insensitive = *b;
+        } else if (k == "max_token_jump") {
+          if (std::optional<uint64_t> n = Unsigned(e, path)) route.max_token_jump = *n;
         }
       }
       const Position route_at = At(item);

@@ -10,7 +10,7 @@ namespace {
 constexpr std::string_view kOutcomeNames[] = {
     "forwarded",       "unfenced",          "rejected_stale", "rejected_missing",  "rejected_malformed",
     "observed_stale",  "observed_missing",  "observed_malformed", "raise_failed",  "upstream_error",
-    "rejected_path",   "unmatched",         "rejected_request"};
+    "rejected_path",   "unmatched",         "rejected_request",   "rejected_jump", "observed_jump"};
 static_assert(std::size(kOutcomeNames) == static_cast<size_t>(Outcome::kCount));
 
 // Latency buckets from 100 µs (loopback backend) to 30 s (the default request timeout).

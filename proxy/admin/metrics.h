@@ -33,6 +33,8 @@ enum class Outcome {
   kRejectedPath,       // 400: a path that could reach the backend as another route
   kUnmatched,          // no route matched (forwarded, or 404 with unmatched: reject)
   kRejectedRequest,    // 4xx for the request itself: bad framing, limits, methods
+  kRejectedJump,       // 409: a raise further above the max than max_token_jump allows
+  kObservedJump,       // observe mode: would have been refused for its jump, forwarded
   kCount
 };
 std::string_view OutcomeName(Outcome outcome);

@@ -17,7 +17,7 @@ Fence::Fence(std::string name, uint64_t max_token, FencePersister& persister,
   if (metrics_) metrics_->max_token->Set(static_cast<double>(max_token_));
 }
 
-AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter) {
+AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump) {
   std::vector<Wakeup> wakeups;
   uint64_t to_persist = 0;
   AdmitResult result;
@@ -31,6 +31,9 @@ AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter) {
     if (token == max_token_ && pending_ == 0) {
       ++inflight_;
       return {Admission::kAdmitted, max_token_};
+    }
+    if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
+      return {Admission::kTooFar, effective_max};
     }
     if (token > effective_max) {
       // A newer holder: whoever waited for the older raise has lost the lock too.

@@ -28,6 +28,7 @@ enum class Admission {
   kWaiting,   // a raise is pending; the waiter will be told the result
   kStale,     // reject with 409; max_token says what to report
   kFailed,    // the state store has failed: reject with 503, fenced writes are off
+  kTooFar,    // a raise further above the max than the route allows: reject with 409
 };
 
 struct AdmitResult {
@@ -74,7 +75,8 @@ class Fence {
 
   const std::string& name() const { return name_; }
 
-  AdmitResult Admit(uint64_t token, RaiseWaiter& waiter);
+  // max_jump: refuse (kTooFar) a raise more than this above the current max; 0 = no limit.
+  AdmitResult Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump = 0);
   void Release();                             // one admitted write has completed or was aborted
   void OnPersisted(uint64_t token, bool ok);  // from the persister
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now

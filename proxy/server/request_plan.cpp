@@ -192,6 +192,17 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
                  "token " + std::to_string(plan.token) + " is below the fence's max_token " +
                      std::to_string(max_token) + ": a newer lock holder has written");
       return;
+    case Admission::kTooFar:
+      if (observe) {
+        Forward(plan, Outcome::kObservedJump);
+        return;
+      }
+      RejectWith(plan, Outcome::kRejectedJump, http::status::conflict, "token-jump", "Fencing token jumps too far",
+                 "token " + std::to_string(plan.token) + " is more than max_token_jump (" +
+                     std::to_string(plan.route->config->max_token_jump) + ") above the fence's max_token " +
+                     std::to_string(max_token) + "; if the lock service really moved that far, raise the fence "
+                     "with 'fencing-proxy state set'");
+      return;
     case Admission::kFailed:
     case Admission::kWaiting:
       plan.problem.max_token.reset();

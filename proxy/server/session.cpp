@@ -183,7 +183,8 @@ asio::awaitable<bool> Session::ServeOne() {
   Fence* admitted = nullptr;
   if (plan.action == RequestPlan::Action::kFence) {
     uint64_t max_token = 0;
-    Admission admission = co_await WaitForRaise(*plan.route->fence, plan.token, &max_token, config.timeouts.request);
+    Admission admission = co_await WaitForRaise(*plan.route->fence, plan.token, plan.route->config->max_token_jump,
+                                                &max_token, config.timeouts.request);
     if (admission == Admission::kAdmitted) admitted = plan.route->fence;
     ApplyAdmission(plan, admission, max_token);
   }
@@ -263,10 +264,10 @@ asio::awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& con
   co_return std::nullopt;
 }
 
-asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
-                                                 std::chrono::milliseconds deadline) {
+asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
+                                                 uint64_t* max_token, std::chrono::milliseconds deadline) {
   auto wait = std::make_shared<RaiseWait>(stream_.get_executor());
-  AdmitResult result = fence.Admit(token, *wait);
+  AdmitResult result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
 

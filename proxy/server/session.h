@@ -42,8 +42,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Reads and checks the request head into parser. Returns a problem to answer with when the head
   // is refused; nullopt with no head parsed when the client went away or stalled.
   boost::asio::awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
-  boost::asio::awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t* max_token,
-                                                 std::chrono::milliseconds deadline);
+  boost::asio::awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
+                                                 uint64_t* max_token, std::chrono::milliseconds deadline);
   boost::asio::awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
                                        std::string_view drop_header, Outcome outcome,
                                        const RouteMetrics& metrics);

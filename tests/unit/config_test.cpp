@@ -56,6 +56,7 @@ TEST(ConfigTest, MinimalFileGetsEveryDefault) {
   EXPECT_EQ(c.token_header, "X-Fencing-Token");
   EXPECT_EQ(c.threads, 0u);
   EXPECT_EQ(c.unmatched, Unmatched::kPass);
+  EXPECT_TRUE(c.access_log);
   EXPECT_EQ(c.timeouts.connect, milliseconds(2000));
   EXPECT_EQ(c.timeouts.request, milliseconds(30000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(60000));
@@ -76,6 +77,7 @@ state_file: ./state/fences.log
 token_header: X-Lock-Token
 threads: 256
 unmatched: reject
+access_log: false
 timeouts: { connect: 250ms, request: 1m, idle: 1h, header_read: 3s, shutdown: 24h }
 limits:
   max_header_bytes: 1KiB
@@ -93,6 +95,8 @@ routes:
     missing_token: allow
     mode: observe
     forward_token: false
+    max_token_jump: 1000000
+    path_case_insensitive: true
   - name: all
     prefix: /
     methods: [GET]
@@ -110,6 +114,7 @@ routes:
   EXPECT_EQ(c.token_header, "X-Lock-Token");
   EXPECT_EQ(c.threads, 256u);
   EXPECT_EQ(c.unmatched, Unmatched::kReject);
+  EXPECT_FALSE(c.access_log);
   EXPECT_EQ(c.timeouts.connect, milliseconds(250));
   EXPECT_EQ(c.timeouts.request, milliseconds(60000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(3600000));
@@ -137,6 +142,10 @@ routes:
   EXPECT_EQ(archive.missing_token, MissingToken::kAllow);
   EXPECT_EQ(archive.mode, FenceMode::kObserve);
   EXPECT_FALSE(archive.forward_token);
+  EXPECT_EQ(archive.max_token_jump, 1000000u);
+  EXPECT_TRUE(archive.path_case_insensitive);
+  EXPECT_EQ(c.routes[0].max_token_jump, 0u) << "no limit by default";
+  EXPECT_FALSE(c.routes[0].path_case_insensitive);
 
   EXPECT_EQ(c.routes[2].prefix, "/");
   EXPECT_EQ(c.routes[2].methods, (std::vector<std::string>{"GET"}));
@@ -437,6 +446,10 @@ const ErrorCase kRouteErrors[] = {
      "expected true or false, got 'yes'"},
     {"forward_token: quoted", kRoutes + "  - name: a\n    prefix: /a\n    forward_token: 'true'\n", 6, 20,
      "expected true or false"},
+    {"max_token_jump: negative", kRoutes + "  - name: a\n    prefix: /a\n    max_token_jump: -5\n", 6, 21,
+     "max_token_jump"},
+    {"path_case_insensitive: yes", kRoutes + "  - name: a\n    prefix: /a\n    path_case_insensitive: yes\n", 6,
+     28, "expected true or false"},
     {"forward_token: True", kRoutes + "  - name: a\n    prefix: /a\n    forward_token: True\n", 6, 20,
      "expected true or false"},
     {"forward_token: empty", kRoutes + "  - name: a\n    prefix: /a\n    forward_token:\n", 6, 5,

@@ -86,6 +86,7 @@ const char* Name(Admission a) {
     case Admission::kWaiting: return "waiting";
     case Admission::kStale: return "stale";
     case Admission::kFailed: return "failed";
+    case Admission::kTooFar: return "too far";
   }
   return "?";
 }
@@ -589,7 +590,8 @@ class Schedule {
           ++cov_.resolved_failed;
           break;
         case Admission::kWaiting:
-          Check(false, "resolved as waiting");
+        case Admission::kTooFar:  // only ever a direct answer, and only with a max_jump
+          Check(false, "resolved as waiting or too far");
           break;
       }
     };
@@ -619,6 +621,9 @@ class Schedule {
       case Admission::kFailed:
         Check(state_failed_.load(), "failed while the state is healthy");
         ++cov_.failed;
+        break;
+      case Admission::kTooFar:
+        Check(false, "too far without a max_jump");
         break;
     }
   }
@@ -767,6 +772,31 @@ TEST(FenceScheduleTest, RandomSchedulesKeepTheOrderGuarantee) {
               (unsigned long long)cov.resolved_admitted, (unsigned long long)cov.resolved_stale,
               (unsigned long long)cov.resolved_failed, (unsigned long long)cov.abandoned,
               (unsigned long long)cov.abandon_refused, (unsigned long long)cov.persists);
+}
+
+// max_token_jump: a raise too far above the max is refused at once; the first raise of a fence
+// (max 0) is not measured; a raise within the limit waits as usual.
+TEST(FenceJumpTest, RaiseTooFarAboveTheMaxIsRefused) {
+  struct NoPersist : FencePersister {
+    std::vector<uint64_t> tokens;
+    void Persist(Fence&, uint64_t token) override { tokens.push_back(token); }
+  } persister;
+  struct Waiter : RaiseWaiter {
+    void Resolve(Admission, uint64_t) override {}
+  } waiter;
+  std::atomic<bool> failed{false};
+  Fence fresh("f", 0, persister, failed, [] { return 0.0; }, nullptr);
+  EXPECT_EQ(fresh.Admit(5'000'000'000, waiter, 1000).admission, Admission::kWaiting)
+      << "a fence's first raise is not measured";
+
+  Fence fence("g", 100, persister, failed, [] { return 0.0; }, nullptr);
+  AdmitResult far = fence.Admit(1101, waiter, 1000);
+  EXPECT_EQ(far.admission, Admission::kTooFar);
+  EXPECT_EQ(far.max_token, 100u);
+  EXPECT_EQ(fence.Snapshot().pending, 0u) << "a refused jump leaves no pending raise";
+  EXPECT_EQ(fence.Admit(1100, waiter, 1000).admission, Admission::kWaiting) << "exactly the limit is allowed";
+  EXPECT_EQ(fence.Admit(2101, waiter, 1000).admission, Admission::kTooFar) << "measured from the pending raise";
+  EXPECT_EQ(fence.Admit(2101, waiter, 0).admission, Admission::kWaiting) << "0 means no limit";
 }
 
 }  // namespace

@@ -533,7 +533,11 @@ INSTANTIATE_TEST_SUITE_P(
         AdmissionCase{"observe, state failed", "/notes/1", Admission::kFailed, Action::kForward,
                       Outcome::kRaiseFailed, 0, false},
         AdmissionCase{"observe, raise timed out", "/notes/1", Admission::kWaiting, Action::kForward,
-                      Outcome::kRaiseFailed, 0, false}));
+                      Outcome::kRaiseFailed, 0, false},
+        AdmissionCase{"enforce, jump too far", "/orders/1", Admission::kTooFar, Action::kReject,
+                      Outcome::kRejectedJump, 409, true},
+        AdmissionCase{"observe, jump too far", "/notes/1", Admission::kTooFar, Action::kForward,
+                      Outcome::kObservedJump, 0, false}));
 
 // The plan and a real fence together, as the session runs them.
 TEST(RequestPlanWithFenceTest, StaleEqualAndFailedAgainstTheOrdersFence) {
