@@ -3,6 +3,7 @@
 # Idempotent: packages already present are left alone. Run as root.
 set -euo pipefail
 
+# Build and run (the Dockerfile's build stage installs exactly this list; deploy/validate checks).
 packages=(
   build-essential cmake git ca-certificates pkg-config
   libboost1.81-dev libboost-json1.81-dev
@@ -10,6 +11,19 @@ packages=(
   googletest libgtest-dev
   python3 curl
 )
+
+# Tests only: real lock services and their clients (end-to-end tests), fault injection
+# (eatmydata for the crash tests' negative control, libfiu for disk faults), strace.
+test_packages=(
+  etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo
+  eatmydata fiu-utils
+)
+
+case "${1:-}" in
+  --with-tests) packages+=("${test_packages[@]}") ;;
+  "") ;;
+  *) echo "usage: $0 [--with-tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -91,6 +91,8 @@ class Worker {
 
  private:
   boost::asio::awaitable<void> AcceptLoop();
+  // Closes connections idle past timeouts.idle, and frees idle ones' buffers, once per period.
+  boost::asio::awaitable<void> SweepIdle();
 
   ServerShared& shared_;
   std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them

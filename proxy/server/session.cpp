@@ -136,9 +136,31 @@ void Session::CloseIfIdle() {
   }
 }
 
+bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout) {
+  if (!idle_) return false;
+  if (now - idle_since_ >= idle_timeout) {
+    CloseIfIdle();
+    return false;
+  }
+  if (buffer_.size() != 0 || buffer_.capacity() == 0) return false;
+  // Idle for a sweep period: give the read buffer back; a busy connection keeps its own.
+  buffer_.shrink_to_fit();
+  return true;
+}
+
 asio::awaitable<void> Session::Run() {
   auto self = shared_from_this();
-  while (co_await ServeOne()) {
+  for (;;) {
+    if (buffer_.size() == 0) {
+      // Wait for the next request holding no buffer and no parser: readiness only. The idle
+      // timeout is enforced by the worker's sweep (Worker::SweepIdle), not a timer per wait.
+      idle_ = true;
+      idle_since_ = Clock::now();
+      auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kTuple);
+      idle_ = false;
+      if (ec) break;
+    }
+    if (!co_await ServeOne()) break;
     if (worker_.shared().draining.load(std::memory_order_relaxed)) break;
   }
   if (linger_) co_await LingeringClose();
@@ -148,17 +170,6 @@ asio::awaitable<void> Session::Run() {
 }
 
 asio::awaitable<bool> Session::ServeOne() {
-  // Wait for the next request without holding a parser; the idle timeout applies here.
-  if (buffer_.size() == 0) {
-    const auto& config = worker_.runtime()->config();
-    idle_ = true;
-    stream_.expires_after(config.timeouts.idle);
-    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
-    idle_ = false;
-    if (ec) co_return false;
-    buffer_.commit(n);
-  }
-
   // One config snapshot for the whole request, even if a reload lands meanwhile.
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();

@@ -34,6 +34,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Shutdown: closes the connection if it is waiting for a next request.
   void CloseIfIdle();
+  // Called by the worker's periodic sweep: closes the connection if it has waited longer than
+  // idle_timeout for a next request, and frees its read buffer while it waits (returns true when
+  // it freed one).
+  bool Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds idle_timeout);
 
  private:
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
@@ -69,6 +73,7 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::beast::flat_buffer buffer_;
   std::string client_ip_;
   bool idle_ = false;      // waiting for the first byte of a request
+  std::chrono::steady_clock::time_point idle_since_;
   bool linger_ = false;    // closing with request bytes possibly still arriving
   AccessRecord record_;
 };

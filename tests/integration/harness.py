@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,26 @@ def fault_shim_path():
     return os.path.abspath(path) if path and os.path.isfile(path) else None
 
 
+_sanitizer = []
+
+
+def binary_sanitizer():
+    """"address" or "thread" when the proxy binary is built with that sanitizer, else None."""
+    if not _sanitizer:
+        found, tail = None, b""
+        with open(BINARY, "rb") as f:
+            while found is None:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                data = tail + chunk
+                found = ("address" if b"__asan_init" in data else
+                         "thread" if b"__tsan_init" in data else None)
+                tail = data[-16:]
+        _sanitizer.append(found)
+    return _sanitizer[0]
+
+
 def preload_env(*libraries):
     """Extra environment to run the proxy with LD_PRELOAD libraries (in this order; none when the
     preloading is done by a wrapper such as fiu-run). A sanitizer build insists that its runtime
@@ -144,6 +165,49 @@ def run_cli(*args, timeout=START_TIMEOUT):
     except subprocess.TimeoutExpired as e:
         raise HarnessError("fencing-proxy %s did not exit within %ss" % (" ".join(map(str, args)),
                                                                         timeout)) from e
+
+
+# ---------------------------------------------------------------------------------------------
+# State-file records (proxy/state/FORMAT.md), to build or pad a log while no proxy runs on it.
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def set_max_record(fence, token):
+    """One SET_MAX record: masked CRC-32C of type+payload, u16 payload length, type 1, payload."""
+    name = fence.encode()
+    body = bytes([1]) + struct.pack("<QB", token, len(name)) + name
+    crc = crc32c(body)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return struct.pack("<IH", masked, len(body) - 1) + body
+
+
+def pad_state_file(path, target_bytes, fences):
+    """Appends token-0 records of the fences (they lower nothing: replay keeps the maximum) until
+    the file reaches target_bytes, e.g. to pass the size at which the log is compacted."""
+    size = os.path.getsize(path)
+    records = b"".join(set_max_record(f, 0) for f in fences)
+    with open(path, "ab") as f:
+        f.write(records * max(1, (target_bytes - size) // len(records) + 1))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 # ---------------------------------------------------------------------------------------------
