@@ -46,6 +46,8 @@ def _stop_process(proc, sig=signal.SIGTERM, timeout=START_TIMEOUT):
     """Sends sig, waits (bounded), escalates to SIGKILL. Returns the exit code."""
     if proc.poll() is None:
         try:
+            if sig != signal.SIGKILL:
+                proc.send_signal(signal.SIGCONT)  # a paused (SIGSTOP) process cannot act on sig
             proc.send_signal(sig)
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

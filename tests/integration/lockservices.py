@@ -23,7 +23,6 @@ Also here:
           decrease.
 """
 
-import atexit
 import importlib
 import json
 import os
@@ -44,17 +43,13 @@ DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 START_TIMEOUT = 30.0  # seconds for a server to answer (a JVM on a busy 2-core machine is slow)
 STOP_TIMEOUT = 10.0
 
-_live = set()
+# One registry of started processes for the whole test run: harness stops them all in cleanup,
+# and at exit if a test forgot.
+from harness import _live, _stop_process, free_port as _free_port  # noqa: E402
 
 
 class LockServiceError(RuntimeError):
     pass
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout, what, interval=0.05):
@@ -66,33 +61,6 @@ def wait_for(predicate, timeout, what, interval=0.05):
         if time.monotonic() >= deadline:
             raise LockServiceError("timed out after %.1fs waiting for %s" % (timeout, what))
         time.sleep(interval)
-
-
-def _stop_process(proc, timeout=STOP_TIMEOUT):
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
-            proc.terminate()
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout)
-        except ProcessLookupError:
-            pass
-    _live.discard(proc)
-    return proc.returncode
-
-
-@atexit.register
-def _kill_leftovers():
-    for proc in list(_live):
-        try:
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT)
-        except Exception:
-            pass
-        _live.discard(proc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,17 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
-  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << haystack << "\" does not contain \"" << needle << "\"";
-}
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 struct CommandResult {
   int code = -1;

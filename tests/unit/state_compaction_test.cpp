@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.h"
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -35,22 +37,8 @@ constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 constexpr CompactionPolicy kManualOnly{.min_file_bytes = kNever, .snapshot_ratio = 1};
 constexpr CompactionPolicy kSmall{.min_file_bytes = 300, .snapshot_ratio = 2};
 
-::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
-  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << haystack << "\" does not contain \"" << needle << "\"";
-}
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
-void WriteBytes(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
 
 std::string Snapshot(const FenceMaxima& maxima) {
   std::string out = EncodeHeader();

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,17 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
-void WriteBytes(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
 
 // Submits one raise and waits for its answer.
 bool SubmitAndWait(StateWriter& writer, const std::string& fence, uint64_t token) {

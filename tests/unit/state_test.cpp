@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -33,26 +35,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Substring check without gmock (the unit tests link gtest only).
-::testing::AssertionResult Contains(const std::string& haystack, const std::string& needle) {
-  if (haystack.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << haystack << "\" does not contain \"" << needle << "\"";
-}
 
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
-void WriteBytes(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(out.good());
-}
 
 std::string Encode(const std::vector<FenceRecord>& records) {
   std::string out;
