@@ -18,7 +18,8 @@ is written and flushed before the response is sent, so a client that has its res
 the record, and a request that starts after another's response has start >= that record's end.
 
 Request headers for tests: X-Demo-Delay-Ms: N sleeps N ms before applying (holds a write in
-flight); X-Demo-Status: NNN answers with that status (the request is still applied).
+flight); X-Demo-Status: NNN answers with that status (the request is still applied);
+X-Demo-Chunked: 1 sends the response body chunked instead of with a Content-Length.
 Response headers: X-Demo-Seen-Token and X-Demo-Seen-Forwarded-For echo what arrived.
 """
 
@@ -88,15 +89,26 @@ class Handler(BaseHTTPRequestHandler):
     def reply(self, status, body=b"", content_type="text/plain", head=False):
         token = self.headers.get(self.server.token_header)
         forwarded_for = self.headers.get("X-Forwarded-For")
+        chunked = self.headers.get("X-Demo-Chunked") == "1"  # answer with a chunked body
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(body)))
         if token is not None:
             self.send_header("X-Demo-Seen-Token", token)
         if forwarded_for is not None:
             self.send_header("X-Demo-Seen-Forwarded-For", forwarded_for)
         self.end_headers()
-        if not head:
+        if head:
+            return
+        if chunked:
+            for i in range(0, len(body), 1000):  # several chunks
+                part = body[i:i + 1000]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
             self.wfile.write(body)
 
     def handle_any(self):

@@ -1,26 +1,36 @@
 #pragma once
-// What crosses the proxy in each direction: end-to-end fields are copied, hop-by-hop fields
-// (RFC 9110 section 7.6.1: Connection and every field it names, Keep-Alive, Proxy-Connection, TE,
-// Trailer, Transfer-Encoding, Upgrade) are not. Message framing is set afresh for the next hop.
+// What crosses the proxy in each direction, serialised for the next hop. End-to-end fields are
+// copied as received; hop-by-hop fields (RFC 9110 section 7.6.1: Connection and every field it
+// names, Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade) are not, and
+// message framing is set afresh. The heads are written as text straight into one gather write
+// with the first body bytes: no second fields container, no generic serializer.
 
-#include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace fencing {
 
-// Copies `from` into `to` without hop-by-hop fields, Content-Length, Expect (the proxy answers
-// 100-continue itself), and `drop` (the token header when a route does not forward it; may be
-// empty).
-void CopyEndToEndFields(const boost::beast::http::fields& from, boost::beast::http::fields& to,
-                        std::string_view drop);
+// How a body is delimited on the next hop.
+enum class BodyFraming {
+  kNone,     // no body
+  kLength,   // Content-Length (copied from the message being relayed)
+  kChunked,  // Transfer-Encoding: chunked
+  kClose,    // until the connection closes (responses to HTTP/1.0 clients only)
+};
 
-// The request to send upstream: method, origin-form target, HTTP/1.1, end-to-end fields,
-// X-Forwarded-For with client_ip appended, Host kept (or set to backend_host if absent). Body
-// framing (Content-Length or chunked) is not copied: the caller sets it for the next hop.
-void PrepareUpstreamRequest(const boost::beast::http::request_header<>& client, std::string_view origin_target,
-                            std::string_view client_ip, std::string_view backend_host, std::string_view drop,
-                            boost::beast::http::request_header<>& upstream);
+// The request head for the backend: method, origin-form target, HTTP/1.1, end-to-end fields
+// without Expect (the proxy answers 100-continue itself) and without `drop` (the token header
+// when a route does not forward it; may be empty), one X-Forwarded-For holding the client's list
+// plus client_ip, Host kept (or backend_host if absent), and the client's body framing.
+std::string UpstreamRequestHead(const boost::beast::http::request_header<>& client, std::string_view origin_target,
+                                std::string_view client_ip, std::string_view backend_host, std::string_view drop);
+
+// The response head for the client: status line in the client's HTTP version, end-to-end
+// fields, `framing`, and a Connection field when keep-alive differs from the version's default.
+std::string ClientResponseHead(const boost::beast::http::response_header<>& upstream, unsigned client_version,
+                               BodyFraming framing, bool keep_alive);
 
 }  // namespace fencing

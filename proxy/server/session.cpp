@@ -13,11 +13,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json/object.hpp>
 
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 namespace fencing {
@@ -92,6 +93,34 @@ class RaiseWait : public RaiseWaiter, public std::enable_shared_from_this<RaiseW
   bool resolved_ = false;
   Admission admission_ = Admission::kFailed;
   uint64_t max_token_ = 0;
+};
+
+// One gather write for the next hop: an optional head, then body bytes in the hop's framing
+// (chunk-size line and CRLF around them when chunked, and the last-chunk marker at the end).
+// Holds the chunk-size text its buffers point to: build it in place, do not copy it.
+class GatherWrite {
+ public:
+  GatherWrite(std::string_view head, const char* data, size_t size, bool chunked, bool last) {
+    size_t count = 0;
+    if (!head.empty()) buffers_[count++] = asio::buffer(head.data(), head.size());
+    if (chunked && size > 0) {
+      int length = std::snprintf(size_line_, sizeof size_line_, "%zx\r\n", size);
+      buffers_[count++] = asio::buffer(size_line_, static_cast<size_t>(length));
+    }
+    if (size > 0) buffers_[count++] = asio::buffer(data, size);
+    if (chunked && size > 0) buffers_[count++] = asio::buffer(kCrLf.data(), kCrLf.size());
+    if (chunked && last) buffers_[count++] = asio::buffer(kLastChunk.data(), kLastChunk.size());
+  }
+  GatherWrite(const GatherWrite&) = delete;
+  GatherWrite& operator=(const GatherWrite&) = delete;
+
+  const std::array<asio::const_buffer, 5>& buffers() const { return buffers_; }  // unused ones are empty
+
+ private:
+  static constexpr std::string_view kCrLf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  char size_line_[24];
+  std::array<asio::const_buffer, 5> buffers_{};
 };
 
 // Releases a fence admission and the in-flight gauge on every way out of an exchange.
@@ -316,14 +345,10 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
     if (ec) co_return false;
   }
 
-  http::request<http::buffer_body> upstream_req;
-  PrepareUpstreamRequest(req.base(), origin_target, client_ip_, worker_.shared().backend_host, drop_header,
-                         upstream_req.base());
-  if (req.has_content_length()) {
-    upstream_req.set(http::field::content_length, req[http::field::content_length]);
-  } else if (req.chunked()) {
-    upstream_req.chunked(true);
-  }
+  // Request head for the backend, framed like the client's body (Content-Length or chunked).
+  const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, client_ip_,
+                                                        worker_.shared().backend_host, drop_header);
+  const bool chunked_request = !req.has_content_length() && req.chunked();
 
   RelayBuffers::Lease relay_buffer = worker_.relay_buffers().Take();
   char* buf = relay_buffer.data();
@@ -340,11 +365,11 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
 
   // Request: head and body, streamed. The first write carries the head with the first body
   // bytes (one writev); a reused connection that turns out dead on that write is replaced once.
-  std::optional<http::request_serializer<http::buffer_body>> serializer;
-  serializer.emplace(upstream_req);
   bool first_write = true;
   bool single_write = true;  // the whole request went out in the first write (it can be resent)
-  while (!serializer->is_done()) {
+  size_t first_size = 0;     // body bytes in the first write (still in buf while single_write)
+  for (;;) {
+    size_t n = 0;
     if (!parser.is_done()) {
       req.body().data = buf;
       req.body().size = kRelayBufferSize;
@@ -366,28 +391,27 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
         }
         co_return false;
       }
-      upstream_req.body().data = buf;
-      upstream_req.body().size = kRelayBufferSize - req.body().size;
-      upstream_req.body().more = !parser.is_done();
-      record_.bytes_in += upstream_req.body().size;
-    } else {
-      upstream_req.body().data = nullptr;
-      upstream_req.body().size = 0;
-      upstream_req.body().more = false;
+      n = kRelayBufferSize - req.body().size;
+      record_.bytes_in += n;
     }
-    if (!first_write) single_write = false;
-    auto [wec, wn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
-    if (wec == http::error::need_buffer) wec = {};
+    const bool last = parser.is_done();
+    if (first_write) {
+      first_size = n;
+    } else {
+      single_write = false;
+    }
+    GatherWrite piece(first_write ? upstream_head : std::string_view{}, buf, n, chunked_request, last);
+    auto [wec, wn] = co_await asio::async_write(upstream->stream, piece.buffers(), kTuple);
     if (wec && first_write && upstream->reused) {
       upstream = co_await worker_.pool().Connect(ec);
       if (!upstream) co_return co_await fail(ec);
       upstream->stream.expires_at(deadline);
-      serializer.emplace(upstream_req);
-      auto [rwec, rwn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
-      wec = rwec == http::error::need_buffer ? boost::system::error_code{} : rwec;
+      auto [rwec, rwn] = co_await asio::async_write(upstream->stream, piece.buffers(), kTuple);
+      wec = rwec;
     }
     if (wec) co_return co_await fail(wec);
     first_write = false;
+    if (last) break;
   }
 
   // Response head; 1xx interim responses are dropped (the proxy answered 100-continue itself).
@@ -413,9 +437,9 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
       upstream = co_await worker_.pool().Connect(ec);
       if (!upstream) co_return co_await fail(ec);
       upstream->stream.expires_at(deadline);
-      serializer.emplace(upstream_req);
-      auto [rwec, rwn] = co_await http::async_write(upstream->stream, *serializer, kTuple);
-      if (rwec && rwec != http::error::need_buffer) co_return co_await fail(rwec);
+      GatherWrite again(upstream_head, buf, first_size, chunked_request, true);
+      auto [rwec, rwn] = co_await asio::async_write(upstream->stream, again.buffers(), kTuple);
+      if (rwec) co_return co_await fail(rwec);
       continue;
     }
     co_return co_await fail(hec);
@@ -431,27 +455,21 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
   const bool no_body = ResponseHasNoBody(status, head_request);
   const bool upstream_keep_alive = upstream_res.keep_alive();
 
-  http::response<http::buffer_body> client_res;
-  client_res.result(status);
-  client_res.reason(upstream_res.reason());
-  client_res.version(req.version() >= 11 ? 11 : 10);
-  CopyEndToEndFields(upstream_res.base(), client_res.base(), {});
+  // Framing for the client: the backend's Content-Length when it sent one; otherwise chunked to
+  // an HTTP/1.1 client and close-delimited to an HTTP/1.0 one.
+  BodyFraming framing = BodyFraming::kNone;
   if (upstream_res.has_content_length()) {
-    client_res.set(http::field::content_length, upstream_res[http::field::content_length]);
+    framing = BodyFraming::kLength;
   } else if (!no_body) {
-    // Chunked or close-delimited from the backend: chunked to an HTTP/1.1 client, close-delimited
-    // to an HTTP/1.0 one.
-    if (client_res.version() >= 11) {
-      client_res.chunked(true);
-    } else {
-      client_keep_alive = false;
-    }
+    framing = req.version() >= 11 ? BodyFraming::kChunked : BodyFraming::kClose;
+    if (framing == BodyFraming::kClose) client_keep_alive = false;
   }
-  client_res.keep_alive(client_keep_alive);
+  const std::string client_head = ClientResponseHead(upstream_res.base(), req.version(), framing, client_keep_alive);
+  const bool chunked_response = framing == BodyFraming::kChunked;
 
-  http::response_serializer<http::buffer_body> response_serializer{client_res};
   bool response_started = false;
-  while (!response_serializer.is_done()) {
+  for (;;) {
+    size_t n = 0;
     if (!no_body && !response_parser->is_done()) {
       upstream_res.body().data = buf;
       upstream_res.body().size = kRelayBufferSize;
@@ -461,19 +479,15 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
         if (!response_started) co_return co_await WriteProblem(UpstreamProblem(rec), req.version(), false);
         co_return false;  // the client saw a partial response: closing tells it so
       }
-      client_res.body().data = buf;
-      client_res.body().size = kRelayBufferSize - upstream_res.body().size;
-      client_res.body().more = !response_parser->is_done();
-      record_.bytes_out += client_res.body().size;
-    } else {
-      client_res.body().data = nullptr;
-      client_res.body().size = 0;
-      client_res.body().more = false;
+      n = kRelayBufferSize - upstream_res.body().size;
+      record_.bytes_out += n;
     }
-    auto [wec, wn] = co_await http::async_write(stream_, response_serializer, kTuple);
-    if (wec == http::error::need_buffer) wec = {};
+    const bool last = no_body || response_parser->is_done();
+    GatherWrite piece(response_started ? std::string_view{} : client_head, buf, n, chunked_response, last);
+    auto [wec, wn] = co_await asio::async_write(stream_, piece.buffers(), kTuple);
     response_started = true;
     if (wec) co_return false;  // the client went away; the backend connection is dropped with it
+    if (last) break;
   }
 
   metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
