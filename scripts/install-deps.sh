@@ -13,10 +13,10 @@ packages=(
 )
 
 # Tests only: real lock services and their clients (end-to-end tests), fault injection
-# (eatmydata for the crash tests' negative control, libfiu for disk faults), strace.
+# (eatmydata for the crash tests' negative control, libfiu for disk faults), slowloris.
 test_packages=(
   etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo
-  eatmydata fiu-utils
+  eatmydata fiu-utils slowhttptest
 )
 
 case "${1:-}" in

@@ -67,6 +67,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Help("Client connections closed at once because max_connections was reached.")
                               .Register(*registry_)
                               .Add({});
+  connections_evicted_ = &BuildCounter()
+                              .Name("fencing_proxy_connections_evicted_total")
+                              .Help("Idle keep-alive connections closed at max_connections to admit a new one.")
+                              .Register(*registry_)
+                              .Add({});
   state_write_failures_ = &BuildCounter()
                                .Name("fencing_proxy_state_write_failures_total")
                                .Help("Failed writes or syncs of the state file (the first one is terminal).")

@@ -67,6 +67,7 @@ class Metrics {
   prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
   prometheus::Gauge& connections() { return *connections_; }
   prometheus::Counter& connections_refused() { return *connections_refused_; }
+  prometheus::Counter& connections_evicted() { return *connections_evicted_; }
   prometheus::Counter& state_write_failures() { return *state_write_failures_; }
   prometheus::Counter& state_compactions(bool ok) { return ok ? *state_compactions_ : *state_compactions_failed_; }
   prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
@@ -88,6 +89,7 @@ class Metrics {
   prometheus::Histogram* state_sync_seconds_;
   prometheus::Gauge* connections_;
   prometheus::Counter* connections_refused_;
+  prometheus::Counter* connections_evicted_;
   prometheus::Counter* state_write_failures_;
   prometheus::Counter* state_compactions_;
   prometheus::Counter* state_compactions_failed_;

@@ -97,6 +97,18 @@ void Worker::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool Worker::EvictLongestIdle() {
+  Session* longest = nullptr;
+  for (Session* session : sessions_) {
+    if (session->idle() && !session->closing() && (!longest || session->idle_since() < longest->idle_since())) {
+      longest = session;
+    }
+  }
+  if (!longest) return false;
+  longest->CloseIfIdle();
+  return true;
+}
+
 asio::awaitable<void> Worker::SweepIdle() {
   asio::steady_timer timer(*ioc_);
   while (!shared_.draining.load(std::memory_order_relaxed)) {
@@ -127,11 +139,17 @@ asio::awaitable<void> Worker::AcceptLoop() {
       continue;
     }
     if (shared_.connections.fetch_add(1, std::memory_order_relaxed) >= shared_.max_connections) {
-      shared_.connections.fetch_sub(1, std::memory_order_relaxed);
-      shared_.metrics.connections_refused().Increment();
-      boost::system::error_code ignored;
-      socket.close(ignored);
-      continue;
+      // Full. Like nginx, give the slot of the longest-idle keep-alive connection to the new one
+      // (a flood of silent connections cannot lock clients out); refuse only when none is idle.
+      if (EvictLongestIdle()) {
+        shared_.metrics.connections_evicted().Increment();
+      } else {
+        shared_.connections.fetch_sub(1, std::memory_order_relaxed);
+        shared_.metrics.connections_refused().Increment();
+        boost::system::error_code ignored;
+        socket.close(ignored);
+        continue;
+      }
     }
     auto session = std::make_shared<Session>(*this, std::move(socket));
     asio::co_spawn(*ioc_, session->Run(), LogCoroutineFailure);

@@ -91,6 +91,8 @@ class Worker {
 
  private:
   boost::asio::awaitable<void> AcceptLoop();
+  // At max_connections: closes this worker's longest-idle connection. False if none is idle.
+  bool EvictLongestIdle();
   // Closes connections idle past timeouts.idle, and frees idle ones' buffers, once per period.
   boost::asio::awaitable<void> SweepIdle();
 

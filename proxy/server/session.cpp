@@ -159,7 +159,8 @@ Session::~Session() {
 }
 
 void Session::CloseIfIdle() {
-  if (idle_) {
+  if (idle_ && !closing_) {
+    closing_ = true;
     boost::system::error_code ec;
     stream_.socket().cancel(ec);
   }

@@ -32,8 +32,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Serves requests until the connection closes. Spawn it with the session held by a shared_ptr.
   boost::asio::awaitable<void> Run();
 
-  // Shutdown: closes the connection if it is waiting for a next request.
+  // Shutdown and eviction: closes the connection if it is waiting for a next request.
   void CloseIfIdle();
+  bool idle() const { return idle_; }
+  bool closing() const { return closing_; }
+  std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
   // Called by the worker's periodic sweep: closes the connection if it has waited longer than
   // idle_timeout for a next request, and frees its read buffer while it waits (returns true when
   // it freed one).
@@ -74,6 +77,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string client_ip_;
   bool idle_ = false;      // waiting for the first byte of a request
   std::chrono::steady_clock::time_point idle_since_;
+  bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
   bool linger_ = false;    // closing with request bytes possibly still arriving
   AccessRecord record_;
 };

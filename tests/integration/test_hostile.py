@@ -380,54 +380,61 @@ class HostileTest(ProxyTestCase):
         self.assertLess(elapsed, 2.0, "idle is 1s: closed after %.2fs" % elapsed)
 
     def test_max_connections(self):
-        proxy = self.start(limits={"max_connections": 5})
-        refused_before = metric(proxy.metrics(), "fencing_proxy_connections_refused_total") or 0
-        held = []
+        # One worker, so "the longest-idle connection" is well defined for the test.
+        proxy = self.start(threads=1, limits={"max_connections": 5})
+        samples = proxy.metrics()
+        refused_before = metric(samples, "fencing_proxy_connections_refused_total") or 0
+        evicted_before = metric(samples, "fencing_proxy_connections_evicted_total") or 0
+        held, busy = [], []
         try:
             for i in range(5):  # five keep-alive connections, each proven accepted by an answer
                 sock = connect(proxy.port)
                 held.append(sock)
                 status, _, _, _ = exchange(sock, head([b"Host: t"], b"GET /orders/held%d HTTP/1.1" % i))
                 self.assertEqual(status, 404, "connection %d of 5 is served" % (i + 1))
-            # The sixth is closed at once, without an answer.
+                time.sleep(0.02)  # distinct idle times: held[0] has waited longest
+            # Full, but all five are idle: a new connection takes the slot of the longest-idle one.
             with connect(proxy.port) as extra:
-                start = time.monotonic()
-                data, closed = read_until_closed(extra, 2.0)
-                self.assertTrue(closed, "a connection over max_connections is closed at once")
-                self.assertEqual(data, b"", "and gets no answer")
-                self.assertLess(time.monotonic() - start, 1.0)
-            # A bounded flood of further connections: all refused, the proxy stays responsive.
+                status, _, _, _ = exchange(extra, head([b"Host: t"], b"GET /orders/new HTTP/1.1"))
+                self.assertEqual(status, 404, "a new client is served when an idle one can make room")
+                _, closed = read_until_closed(held[0], 2.0)
+                self.assertTrue(closed, "the longest-idle connection was closed to make room")
+            held.pop(0).close()
+            self.assertGreaterEqual((metric(proxy.metrics(), "fencing_proxy_connections_evicted_total") or 0)
+                                    - evicted_before, 1, "evictions are counted")
+            # Full and all busy (each holds a request at the backend): new connections are refused at once.
+            for sock in held:
+                sock.close()
+            held = []
+            for i in range(5):
+                sock = connect(proxy.port)
+                sock.sendall(head([b"Host: t", b"X-Demo-Delay-Ms: 3000"], b"GET /orders/busy%d HTTP/1.1" % i))
+                busy.append(sock)
+            deadline = time.monotonic() + 5.0
+            while metric(proxy.metrics(), "fencing_proxy_inflight_requests", route="orders") != 5:
+                self.assertLess(time.monotonic(), deadline, "five requests in flight")
+                time.sleep(0.05)
             flood = [connect(proxy.port) for _ in range(20)]
             try:
                 for sock in flood:
-                    _, closed = read_until_closed(sock, 2.0)
-                    self.assertTrue(closed, "flood connections are closed at once")
+                    data, closed = read_until_closed(sock, 2.0)
+                    self.assertTrue(closed, "with no idle connection to evict, extra connections are closed at once")
+                    self.assertEqual(data, b"", "and get no answer")
             finally:
                 for sock in flood:
                     sock.close()
             self.assertEqual(proxy.admin("GET", "/healthz")[0], 200, "admin answers during the flood")
             refused = metric(proxy.metrics(), "fencing_proxy_connections_refused_total") or 0
-            self.assertGreaterEqual(refused - refused_before, 21,
+            self.assertGreaterEqual(refused - refused_before, 20,
                                     "refused connections are counted in connections_refused_total")
-            # The held connections still work.
-            status, _, _, _ = exchange(held[0], head([b"Host: t"], b"GET /orders/again HTTP/1.1"))
-            self.assertEqual(status, 404, "a held connection is still served")
-            # Closing one frees a slot: the proxy serves a new connection again.
-            held.pop().close()
-            deadline = time.monotonic() + 5.0
-            while True:
-                try:
-                    status = proxy.request("GET", "/orders/after", timeout=2.0)[0]
-                    break
-                except (OSError, http.client.HTTPException) as e:  # the slot is not free yet
-                    if time.monotonic() > deadline:
-                        self.fail("no new connection served after one was closed: %r" % e)
-                    time.sleep(0.05)
-            self.assertEqual(status, 404)
+            for sock in busy:  # the held requests complete
+                status, _, _, _ = exchange(sock, b"", timeout=10)
+                self.assertEqual(status, 404, "a busy connection is still served")
+            status = proxy.request("GET", "/orders/after", timeout=5.0)[0]
+            self.assertEqual(status, 404, "after the busy requests the proxy serves new connections again")
         finally:
-            for sock in held:
+            for sock in held + busy:
                 sock.close()
-
 
 if __name__ == "__main__":
     unittest.main()
