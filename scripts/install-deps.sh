@@ -19,8 +19,11 @@ test_packages=(
   eatmydata fiu-utils slowhttptest
 )
 
+# deploy/validate: promtool (in Debian's prometheus), yamllint, and PyYAML for the manifest checks.
+deploy_packages=(prometheus yamllint python3-yaml)
+
 case "${1:-}" in
-  --with-tests) packages+=("${test_packages[@]}") ;;
+  --with-tests) packages+=("${test_packages[@]}" "${deploy_packages[@]}") ;;
   "") ;;
   *) echo "usage: $0 [--with-tests]" >&2; exit 2 ;;
 esac

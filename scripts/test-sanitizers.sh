@@ -1,60 +1,95 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers, as CI runs it:
-#   address  ASan+UBSan build in build-asan: the WHOLE ctest suite (unit and integration; the
+#   address  ASan+UBSan build in build-asan: the WHOLE suite, unit (ctest) and integration (the
 #            integration tests start the sanitized binary)
 #   thread   TSan build in build-tsan: the concurrency tests (fence_test, state_test with the
 #            StateWriter, integration test_order.py)
 # Usage: scripts/test-sanitizers.sh [address] [thread]   (default: both, in that order)
-#        CTEST_ARGS="-R integration" scripts/test-sanitizers.sh address   (a subset, by hand)
+#        CTEST_ARGS="-R Fence" scripts/test-sanitizers.sh address   (a subset of the unit tests)
+#        INTEGRATION_TESTS="test_order" scripts/test-sanitizers.sh address
 #
-# Any sanitizer report fails the run, including one from a proxy process that an integration
-# test started and killed without looking at its stderr: every report is written to a file under
-# the report directory (log_path), and the run fails if any file appears there.
+# Any sanitizer report fails the run. A unit test that gets one aborts and fails in ctest. A proxy
+# started by an integration test is often killed without anyone reading its stderr, so the
+# integration tests run a wrapper as FP_BINARY that copies the proxy's stderr to a file, and every
+# such file is searched for reports at the end. (ctest would set FP_BINARY to the real binary,
+# so the integration tests are run here directly, like tests/CMakeLists.txt runs them.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 modes=("$@")
 [ ${#modes[@]} -gt 0 ] || modes=(address thread)
 jobs=$(nproc)
-build_root=${BUILD_ROOT:-.}
+source_dir=$PWD
+build_root=$(cd "${BUILD_ROOT:-.}" && pwd)
 
 report_dir=$(mktemp -d "${TMPDIR:-/tmp}/fp-sanitizer-reports.XXXXXX")
 trap 'rm -rf "$report_dir"' EXIT
 
-# Reports are fatal at the first one (the build already makes UB fatal with
-# -fno-sanitize-recover=all). log_path sends each process's report to REPORT.PID.
-# verify_asan_link_order=0: the integration tests may LD_PRELOAD a fault shim, which then comes
-# before the ASan runtime in the library list; it is itself built with ASan in this build.
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:check_initialization_order=1:strict_init_order=1:verify_asan_link_order=0:log_path=$report_dir/asan"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$report_dir/ubsan"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$report_dir/tsan"
+# The first report is fatal (the build already makes UB fatal with -fno-sanitize-recover=all).
+# verify_asan_link_order=0: an integration test may LD_PRELOAD a fault shim, which then comes
+# before the ASan runtime in the library list; the shim is itself built with ASan here.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:check_initialization_order=1:strict_init_order=1:verify_asan_link_order=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 # Symbolized stacks in the reports (llvm-symbolizer, from Debian's llvm).
-if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
-  for s in llvm-symbolizer llvm-symbolizer-14; do
-    if command -v "$s" >/dev/null; then
-      export ASAN_SYMBOLIZER_PATH=$(command -v "$s") TSAN_SYMBOLIZER_PATH=$(command -v "$s")
-      break
-    fi
-  done
-fi
-
-# Fails (after printing them) if any sanitizer report was written.
-check_reports() {
-  local what=$1
-  if compgen -G "$report_dir/*" >/dev/null; then
-    echo "=== sanitizer reports during $what:" >&2
-    for f in "$report_dir"/*; do
-      echo "--- $(basename "$f")" >&2
-      cat "$f" >&2
-    done
-    return 1
+for s in llvm-symbolizer llvm-symbolizer-14; do
+  if command -v "$s" >/dev/null; then
+    export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v "$s")}
+    export TSAN_OPTIONS="$TSAN_OPTIONS:external_symbolizer_path=$(command -v "$s")"
+    break
   fi
+done
+
+# FP_BINARY for the integration tests: execs the real binary (same pid, so the harness's signals
+# reach it) with stderr also appended to a file of its own under $report_dir.
+make_wrapper() {  # real-binary sanitizer -> prints the wrapper's path
+  local wrapper=$report_dir/fencing-proxy
+  cat >"$wrapper" <<EOF
+#!/usr/bin/env bash
+# harness.py's binary_sanitizer() tells a sanitizer build by this name in FP_BINARY: __${2:0:1}san_init
+exec "$1" "\$@" 2> >(exec tee -a "$report_dir/proxy-stderr.\$\$" >&2)
+EOF
+  chmod +x "$wrapper"
+  echo "$wrapper"
+}
+
+# Runs integration test modules (default: every tests/integration/test_*.py) against the wrapper.
+run_integration() {  # build-dir sanitizer module...
+  local dir=$1 shim=$1/tests/fault/libfp_drop_unsynced.so wrapper failed=0
+  wrapper=$(make_wrapper "$dir/proxy/fencing-proxy" "$2")
+  shift 2
+  [ -f "$shim" ] || shim=""
+  for module in "$@"; do
+    echo "=== integration.$module"
+    (cd tests/integration && FP_BINARY="$wrapper" FP_SOURCE_DIR="$source_dir" FP_FAULT_SHIM="$shim" \
+      timeout 600 python3 -m unittest -v "$module") || failed=1
+  done
+  return $failed
+}
+
+# Fails (printing them) if any proxy stderr holds a sanitizer report.
+check_proxy_reports() {
+  local pattern='^==[0-9]+==ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|^WARNING: ThreadSanitizer:|^[^{ ]*:[0-9]+:[0-9]+: runtime error: '
+  local found=0
+  for f in "$report_dir"/proxy-stderr.*; do
+    [ -e "$f" ] || continue
+    if grep -Eq "$pattern" "$f"; then
+      echo "=== sanitizer report in a fencing-proxy process ($(basename "$f")):" >&2
+      grep -Ev '^\{' "$f" >&2  # the report, without the proxy's JSON log lines
+      found=1
+    fi
+    rm -f "$f"
+  done
+  return $found
 }
 
 configure() {  # dir sanitizer
   # RelWithDebInfo: -O2 keeps the suite's timing close to the real build; -g gives line numbers.
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP_SANITIZE="$2" >/dev/null
 }
+
+all_integration=()
+for f in tests/integration/test_*.py; do all_integration+=("$(basename "$f" .py)"); done
 
 status=0
 for mode in "${modes[@]}"; do
@@ -66,7 +101,10 @@ for mode in "${modes[@]}"; do
       cmake --build "$dir" -j"$jobs"
       built=$SECONDS
       # shellcheck disable=SC2086  # CTEST_ARGS is a list of words
-      ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" ${CTEST_ARGS:-} || status=1
+      ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" -E '^integration\.' ${CTEST_ARGS:-} ||
+        status=1
+      # shellcheck disable=SC2086
+      run_integration "$dir" address ${INTEGRATION_TESTS:-${all_integration[@]}} || status=1
       ;;
     thread)
       dir=$build_root/build-tsan
@@ -76,16 +114,14 @@ for mode in "${modes[@]}"; do
       # The gtest binaries run whole (one process each is faster than one per test case).
       "$dir/tests/fence_test" || status=1
       "$dir/tests/state_test" || status=1
-      # test_order only: ctest would also want every other test's binary built.
-      (cd tests/integration && FP_BINARY="$dir/proxy/fencing-proxy" FP_SOURCE_DIR="$PWD/../.." \
-        python3 -m unittest -v test_order) || status=1
+      run_integration "$dir" thread test_order || status=1
       ;;
     *)
       echo "unknown mode '$mode' (address or thread)" >&2
       exit 2
       ;;
   esac
-  check_reports "$mode" || status=1
+  check_proxy_reports || status=1
   echo "=== $mode: build $((built - start))s, tests $((SECONDS - built))s"
 done
 exit $status
