@@ -44,7 +44,7 @@ for t in "${targets[@]}"; do
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$artifacts/$t-" "$scratch/$t" "$seeds" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)  # none if it failed on a seed
   if [ "$rc" -ne 0 ]; then
     status=1
     echo "=== $t FAILED (exit $rc) after ${execs:-?} executions; the end of its log:" >&2

@@ -17,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 modes=("$@")
+# Debian's python3 has the lock-service client packages the end-to-end tests import.
+python=python3
+[ -x /usr/bin/python3 ] && python=/usr/bin/python3
 [ ${#modes[@]} -gt 0 ] || modes=(address thread)
 jobs=$(nproc)
 source_dir=$PWD
@@ -62,7 +65,7 @@ run_integration() {  # build-dir sanitizer module...
   for module in "$@"; do
     echo "=== integration.$module"
     (cd tests/integration && FP_BINARY="$wrapper" FP_SOURCE_DIR="$source_dir" FP_FAULT_SHIM="$shim" \
-      timeout 600 python3 -m unittest -v "$module") || failed=1
+      timeout 600 "$python" -m unittest -v "$module") || failed=1
   done
   return $failed
 }

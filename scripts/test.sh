@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Quick start, command two: install what is missing, build, run every test (unit and integration).
+# Quick start, command two: install what is missing, build, run every test: unit and integration,
+# the deployment checks, the suite again under ASan+UBSan and the concurrency tests under TSan,
+# and each fuzz target for a short time. FP_QUICK=1 stops after the first two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --with-tests
@@ -9,3 +11,9 @@ export FP_REQUIRE_LOCK_SERVICES=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(nproc)"
 # The Kubernetes manifests, alert rules and live /metrics, checked by real tools.
 FP_BINARY="$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy" deploy/validate
+[ "${FP_QUICK:-0}" = 1 ] && exit 0
+
+# Sanitizers: the whole suite under ASan+UBSan, the concurrency tests under TSan.
+scripts/test-sanitizers.sh address thread
+# Fuzzing smoke: each libFuzzer target for a few seconds from its checked-in corpus.
+scripts/fuzz.sh "${FP_FUZZ_SECONDS:-10}"

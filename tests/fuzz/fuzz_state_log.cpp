@@ -1,0 +1,121 @@
+// The state-log reader on arbitrary bytes, twice: in memory (CheckHeader + ReplayRecords) and
+// through StateStore::Open read-only on a temp file, as `state show` reads it. Oracles: no
+// crash; the replay's verdict is consistent (valid_end inside the file, a torn tail shorter
+// than one maximal record, damage with a whole record or more after it); every fence name is
+// valid; the store opens exactly when the reader says the file is usable, with the same maxima;
+// and re-encoding the maxima replays to the same maxima.
+
+#include "common/log.h"
+#include "fuzz_check.h"
+#include "state/state_log.h"
+#include "state/state_store.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace fencing;
+
+// One temp file per process, rewritten for every input (libFuzzer -jobs runs separate processes).
+const std::string& TempPath() {
+  static const std::string path = [] {
+    const char* dir = std::getenv("TMPDIR");
+    std::string templ = std::string(dir && *dir ? dir : "/tmp") + "/fp-fuzz-state-XXXXXX";
+    int fd = ::mkstemp(templ.data());
+    FUZZ_CHECK(fd >= 0, "cannot create the temp state file");
+    ::close(fd);
+    std::atexit([] { ::unlink(TempPath().c_str()); });
+    return templ;
+  }();
+  return path;
+}
+
+void WriteTemp(std::string_view bytes) {
+  int fd = ::open(TempPath().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  FUZZ_CHECK(fd >= 0, "cannot open the temp state file");
+  FUZZ_CHECK(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()), "short write");
+  ::close(fd);
+}
+
+void CheckMaxima(const FenceMaxima& maxima) {
+  for (const auto& [fence, token] : maxima) {
+    FUZZ_CHECK(IsValidFenceName(fence), "a replayed fence name is not valid");
+  }
+}
+
+}  // namespace
+
+// The store warns on every torn tail; at fuzzing rates that is noise and most of the time spent.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  SetLogLevel(LogLevel::kError);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view file = fuzz::AsView(data, size);
+
+  std::string reason;
+  const HeaderCheck header = CheckHeader(file, &reason);
+  bool usable = header == HeaderCheck::kTornCreation;  // read-only: an empty store
+  ReplayResult replay;
+  if (header == HeaderCheck::kInvalid) FUZZ_CHECK(!reason.empty(), "an invalid header without a reason");
+  if (header == HeaderCheck::kTornCreation) FUZZ_CHECK(size < kHeaderSize, "a torn header of full size");
+  if (header == HeaderCheck::kValid) {
+    FUZZ_CHECK(size >= kHeaderSize, "a valid header shorter than a header");
+    replay = ReplayRecords(file);
+    FUZZ_CHECK(replay.valid_end >= kHeaderSize && replay.valid_end <= size, "valid_end outside the file");
+    FUZZ_CHECK(!(replay.torn_tail && replay.corrupt), "both torn and corrupt");
+    if (replay.torn_tail) {
+      FUZZ_CHECK(size - replay.valid_end < kMaxRecordSize, "a torn tail of a whole record or more");
+      FUZZ_CHECK(size > replay.valid_end, "a torn tail of no bytes");
+    } else if (replay.corrupt) {
+      FUZZ_CHECK(size - replay.valid_end >= kMaxRecordSize, "corruption with less than a record after it");
+    } else {
+      FUZZ_CHECK(replay.valid_end == size, "a clean replay that stopped early");
+    }
+    if (replay.torn_tail || replay.corrupt) FUZZ_CHECK(!replay.reason.empty(), "damage without a reason");
+    FUZZ_CHECK(replay.maxima.size() <= replay.records, "more fences than records");
+    CheckMaxima(replay.maxima);
+    usable = !replay.corrupt;
+
+    // Round trip: the maxima written as a snapshot replay to themselves, cleanly.
+    std::string snapshot = EncodeHeader();
+    for (const auto& [fence, token] : replay.maxima) EncodeRecord(FenceRecord{fence, token}, &snapshot);
+    std::string again_reason;
+    FUZZ_CHECK(CheckHeader(snapshot, &again_reason) == HeaderCheck::kValid, "an encoded header is not valid");
+    const ReplayResult again = ReplayRecords(snapshot);
+    FUZZ_CHECK(!again.torn_tail && !again.corrupt && again.valid_end == snapshot.size(),
+               "an encoded snapshot does not replay cleanly");
+    FUZZ_CHECK(again.maxima == replay.maxima, "an encoded snapshot replays to other maxima");
+  }
+
+  // The store, read-only and unlocked as `state show` opens it: never writes, never truncates.
+  WriteTemp(file);
+  OpenOptions options;
+  options.create_if_missing = false;
+  options.lock = false;
+  options.read_only = true;
+  std::unique_ptr<StateStore> store;
+  const Status opened = StateStore::Open(TempPath(), options, &store);
+  FUZZ_CHECK(opened.ok() == usable, "the store and the reader disagree on whether the file is usable");
+  if (opened.ok()) {
+    FUZZ_CHECK(store != nullptr, "Open succeeded without a store");
+    FUZZ_CHECK(store->torn_tail_bytes() < kMaxRecordSize, "torn_tail_bytes of a whole record or more");
+    CheckMaxima(store->maxima());
+    FUZZ_CHECK(store->maxima() == replay.maxima, "the store replayed other maxima than the reader");
+    if (header == HeaderCheck::kValid) {
+      FUZZ_CHECK(store->torn_tail_bytes() == size - replay.valid_end, "the store reports another torn tail");
+    }
+  } else {
+    FUZZ_CHECK(!opened.message().empty(), "a refused open without a message");
+  }
+  return 0;
+}
