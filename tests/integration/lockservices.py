@@ -45,6 +45,7 @@ STOP_TIMEOUT = 10.0
 
 # One registry of started processes for the whole test run: harness stops them all in cleanup,
 # and at exit if a test forgot.
+import harness  # noqa: E402
 from harness import _live, _stop_process, free_port as _free_port  # noqa: E402
 
 
@@ -53,14 +54,8 @@ class LockServiceError(RuntimeError):
 
 
 def wait_for(predicate, timeout, what, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise LockServiceError("timed out after %.1fs waiting for %s" % (timeout, what))
-        time.sleep(interval)
+    """harness.wait_for with this module's argument order."""
+    return harness.wait_for(predicate, timeout, interval, what)
 
 
 # ---------------------------------------------------------------------------------------------
