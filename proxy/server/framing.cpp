@@ -1,6 +1,7 @@
 #include "server/framing.h"
 
-#include <boost/beast/core/string.hpp>
+#include "common/ascii.h"
+
 
 namespace fencing {
 
@@ -48,7 +49,7 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header) {
   }
   if (transfer_encodings) {
     if (header.version() < 11) return Refuse("Transfer-Encoding on an HTTP/1.0 request");
-    if (!boost::beast::iequals(TrimOws(transfer_encoding), "chunked")) {
+    if (!EqualsIgnoreCase(TrimOws(transfer_encoding), "chunked")) {
       return Refuse("a Transfer-Encoding other than exactly 'chunked'");
     }
   }

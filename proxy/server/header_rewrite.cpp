@@ -1,12 +1,12 @@
 #include "server/header_rewrite.h"
 
-#include <boost/beast/core/string.hpp>
+#include "common/ascii.h"
+
 #include <boost/beast/http/rfc7230.hpp>
 
 namespace fencing {
 
 namespace http = boost::beast::http;
-using boost::beast::iequals;
 
 namespace {
 
@@ -32,7 +32,7 @@ bool NamedByConnection(std::string_view name, const http::fields& from) {
     if (field.name() != http::field::connection) continue;
     http::token_list tokens(field.value());
     for (auto token : tokens) {
-      if (iequals(token, name)) return true;
+      if (EqualsIgnoreCase(token, name)) return true;
     }
   }
   return false;
@@ -51,8 +51,8 @@ void AppendEndToEndFields(const http::fields& from, std::string_view drop, std::
   for (const auto& field : from) {
     if (IsHopByHop(field.name())) continue;
     std::string_view name = field.name_string();
-    if (!drop.empty() && iequals(name, drop)) continue;
-    if (!skip.empty() && iequals(name, skip)) continue;
+    if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
+    if (!skip.empty() && EqualsIgnoreCase(name, skip)) continue;
     if (has_connection && NamedByConnection(name, from)) continue;
     AppendField(out, name, field.value());
   }
@@ -75,7 +75,7 @@ std::string UpstreamRequestHead(const http::request_header<>& client, std::strin
   // One X-Forwarded-For: the client's list (all of its fields, in order) plus this hop.
   out.append("X-Forwarded-For: ");
   for (const auto& field : client) {
-    if (!iequals(field.name_string(), "X-Forwarded-For")) continue;
+    if (!EqualsIgnoreCase(field.name_string(), "X-Forwarded-For")) continue;
     out.append(field.value());
     out.append(", ");
   }

@@ -1,5 +1,7 @@
 #include "server/request_plan.h"
 
+#include "common/ascii.h"
+
 #include "fence/token.h"
 #include "routing/path_check.h"
 #include "server/framing.h"
@@ -140,7 +142,7 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
   size_t count = 0;
   std::string_view first;
   for (const auto& field : head) {
-    if (!boost::beast::iequals(field.name_string(), header)) continue;
+    if (!EqualsIgnoreCase(field.name_string(), header)) continue;
     if (count++ == 0) first = field.value();
   }
   ParsedToken token = ParseTokenHeader(count, first);

@@ -3,11 +3,10 @@
 // its fence and metrics, resolved once. A reload builds a new Runtime and swaps a pointer.
 
 #include "admin/metrics.h"
+#include "common/ascii.h"
 #include "config/config.h"
 #include "fence/fence.h"
 #include "routing/route_table.h"
-
-#include <boost/beast/core/string.hpp>
 
 #include <memory>
 #include <string_view>
@@ -24,7 +23,7 @@ struct RouteRuntime {
   // them would apply "put" as PUT, so "put" is fenced like PUT.
   bool FencesMethod(std::string_view method) const {
     for (const std::string& m : config->methods) {
-      if (boost::beast::iequals(m, method)) return true;
+      if (EqualsIgnoreCase(m, method)) return true;
     }
     return false;
   }

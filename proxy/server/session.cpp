@@ -1,5 +1,7 @@
 #include "server/session.h"
 
+#include "common/ascii.h"
+
 #include "common/log.h"
 #include "server/raw_head.h"
 #include "server/request_plan.h"
@@ -11,7 +13,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json/object.hpp>
@@ -43,7 +44,7 @@ constexpr uint64_t kMaxUpstreamHeaderBytes = 64 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 bool ExpectsContinue(const http::request<http::buffer_body>& req) {
-  return req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue");
+  return req.version() >= 11 && EqualsIgnoreCase(req[http::field::expect], "100-continue");
 }
 
 bool ResponseHasNoBody(unsigned status, bool head_request) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/ascii.h"
+
 #include <boost/beast/http.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -141,7 +143,7 @@ http::request_header<> Head(std::string_view method, std::string_view target, co
   h.version(version);
   // Every HTTP/1.1 request needs one Host; cases about Host say "Host" themselves.
   bool names_host = false;
-  for (const auto& [name, value] : fields) names_host = names_host || boost::beast::iequals(name, "Host");
+  for (const auto& [name, value] : fields) names_host = names_host || EqualsIgnoreCase(name, "Host");
   if (!names_host && version >= 11) h.set(http::field::host, "proxy.test");
   for (const auto& [name, value] : fields) h.insert(name, value);  // insert: duplicates stay separate
   return h;

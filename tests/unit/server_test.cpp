@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/ascii.h"
+
 #include <boost/beast/http.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -39,7 +41,7 @@ http::request_header<> Request(unsigned version, const Fields& fields, http::ver
 std::vector<std::string> Values(const http::fields& f, std::string_view name) {
   std::vector<std::string> out;
   for (const auto& field : f) {
-    if (boost::beast::iequals(field.name_string(), name)) out.emplace_back(field.value());
+    if (EqualsIgnoreCase(field.name_string(), name)) out.emplace_back(field.value());
   }
   return out;
 }
