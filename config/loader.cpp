@@ -89,7 +89,12 @@ class Loader {
     auto config = std::make_shared<ProxyConfig>();
     config->source_path = file_;
     try {
-      std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text_));
+      // YAML::Load reads the first document only. Not LoadAll: yaml-cpp 0.7 (Debian's) loops
+      // forever in LoadAll on some malformed input (a lone ','), found by fuzzing.
+      std::vector<YAML::Node> documents{YAML::Load(std::string(text_))};
+      if (std::optional<int> line = SecondDocumentLine(text_)) {
+        Error(Position{*line, 1}, "the route file must hold one YAML document; found another here");
+      }
       Validate(documents, config.get());
     } catch (const YAML::Exception& e) {
       // A syntax error ends the walk: the tree after it does not exist.
@@ -289,6 +294,33 @@ class Loader {
       Error(At(e.value), path + ": expected a mapping, got " + Describe(e.value));
     }
     return false;
+  }
+
+  // The 1-based line of the first content of a second document (after a "---" or "..." at
+  // column 0 that follows the first document's content), if any.
+  static std::optional<int> SecondDocumentLine(std::string_view text) {
+    bool content = false;
+    std::optional<int> marker;
+    int line_number = 0;
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t end = text.find('\n', start);
+      std::string_view line = text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+      ++line_number;
+      const bool is_marker = (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
+                             (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      size_t first = line.find_first_not_of(" \t\r");
+      const bool blank = first == std::string_view::npos || line[first] == '#';
+      if (is_marker) {
+        if (content && !marker) marker = line_number;
+      } else if (!blank) {
+        if (marker) return line_number;
+        content = true;
+      }
+      if (end == std::string_view::npos) break;
+      start = end + 1;
+    }
+    return std::nullopt;
   }
 
   void Validate(const std::vector<YAML::Node>& documents, ProxyConfig* config) {

@@ -751,5 +751,17 @@ TEST(HostPortTest, ToStringBracketsIpv6) {
   EXPECT_EQ((HostPort{"fe80::1%eth0", 1}).ToString(), "[fe80::1%eth0]:1");
 }
 
+// yaml-cpp 0.7's LoadAll never returns on this input (found by fuzzing): the loader must not hang.
+TEST(ConfigTest, ALoneCommaIsAnErrorNotAHang) {
+  ConfigResult r = ParseConfig(",", "comma.yaml");
+  EXPECT_FALSE(r.ok());
+  ASSERT_FALSE(r.errors.empty());
+}
+
+TEST(ConfigTest, DocumentMarkersAroundOneDocumentAreFine) {
+  ConfigResult r = ParseConfig("---\nbackend: http://127.0.0.1:8081\nstate_file: s.log\n...\n# done\n", "one.yaml");
+  EXPECT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].ToString());
+}
+
 }  // namespace
 }  // namespace fencing
