@@ -13,6 +13,10 @@ ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(np
 FP_BINARY="$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy" deploy/validate
 [ "${FP_QUICK:-0}" = 1 ] && exit 0
 
+# Benchmark smoke: one short round of every workload against nginx and HAProxy (it installs
+# them); fails on any non-2xx or socket error, never on speed.
+bench/run.sh --smoke --binary "$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy"
+
 # Sanitizers: the whole suite under ASan+UBSan, the concurrency tests under TSan.
 scripts/test-sanitizers.sh address thread
 # Fuzzing smoke: each libFuzzer target for a few seconds from its checked-in corpus.

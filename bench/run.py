@@ -1,0 +1,1121 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: fencing-proxy against nginx and HAProxy, same backend, same run.
+
+Starts on 127.0.0.1 a backend (nginx answering 200 to every method, 1 worker), nginx as a
+reverse proxy (1 worker, upstream keep-alive), HAProxy (1 thread, http-reuse always) and
+fencing-proxy (threads: 1, access_log: false); drives each with wrk (bench/lua/*.lua) in rounds
+that interleave the targets; pins wrk to one core and the proxies and the backend to another.
+Reports req/s, latency percentiles, CPU µs per request, peak RSS, ratios to nginx (medians of
+same-round pairs), syscalls per request (strace -c), memory per idle keep-alive connection, the
+disk's append+fdatasync rate and the issue's goals; writes JSON and a Markdown table to
+bench/results/. Stops every process it started, by PID, on any exit.
+
+  bench/run.sh                       full run (9 rounds; about 20 minutes)
+  bench/run.sh --smoke               one short round of everything; exit 1 on any non-2xx or
+                                     socket error (for CI; under 90 s)
+  bench/run.sh --binary PATH         another fencing-proxy binary (default build/proxy/fencing-proxy)
+  bench/run.sh --targets fencing-proxy,nginx --workloads put_equal --rounds 3 --seconds 5
+
+See bench/README.md for what each number means.
+"""
+
+import argparse
+import atexit
+import datetime
+import http.client
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+LUA_DIR = os.path.join(HERE, "lua")
+CONFIG_DIR = os.path.join(HERE, "configs")
+RESULTS_DIR = os.path.join(HERE, "results")
+
+TARGETS = ("nginx", "haproxy", "fencing-proxy")
+REFERENCE = "nginx"
+WORKLOADS = {
+    "get": "GET pass-through, 32 conns",
+    "put_equal": "PUT equal token, 32 conns",
+    "raise_serial": "PUT raising 1 fence, 1 conn",
+    "raise_fences": "PUT raising 32 fences, 32 conns",
+    "put_paced": "PUT equal token, paced, 4 conns",
+}
+EQUAL_TOKEN = "1000"      # the eq fence is raised to this once; every equal-token PUT carries it
+EQ_PATH = "/eq/1"
+SERIAL_PATH = "/serial/1"
+PACED_CONNS = 4           # the paced equal-token load (alone, and beside the 32-fence raises)
+PACED_DELAY_MS = 2        # pause before each request on each paced connection
+TOKEN_STRIDE = 10 ** 9    # each raise run gets its own token range: run n starts at (n+1)*stride
+PROC_TIMEOUT = 10.0       # seconds for a process to start or stop
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PACKAGES = {"nginx": "nginx", "haproxy": "haproxy", "wrk": "wrk", "strace": "strace",
+            "taskset": "util-linux"}
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes: every one started here is recorded and stopped by PID on any exit.
+
+class Supervisor:
+    def __init__(self):
+        self.procs = []          # [(name, Popen, extra pids to stop after it)]
+
+    def spawn(self, name, argv, out_path, cpu=None, env=None):
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu)] + list(argv)   # taskset execs: the PID stays
+        out = open(out_path, "wb")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        finally:
+            out.close()
+        self.procs.append((name, proc, []))
+        return proc
+
+    def add_pids(self, proc, pids):
+        for _, p, extra in self.procs:
+            if p is proc:
+                extra.extend(pids)
+
+    def stop(self, proc, sig=signal.SIGTERM, timeout=PROC_TIMEOUT):
+        entry = next((e for e in self.procs if e[1] is proc), None)
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            except ProcessLookupError:
+                pass
+        if entry:
+            for pid in entry[2]:              # e.g. an nginx worker whose master is gone
+                if _alive_child_of(pid, None):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            self.procs.remove(entry)
+        return proc.returncode
+
+    def stop_all(self):
+        for name, proc, _ in list(reversed(self.procs)):
+            self.stop(proc)
+
+
+def _alive_child_of(pid, ppid):
+    """True if pid exists (and, if ppid is given, is its child) and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except OSError:
+        return False
+    fields = data[data.rindex(")") + 2:].split()
+    return fields[0] != "Z" and (ppid is None or int(fields[1]) == ppid)
+
+
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _alive_child_of(int(entry), pid):
+            out.append(int(entry))
+    return out
+
+
+def cpu_ticks(pid):
+    """utime + stime of the whole process (every thread), in clock ticks."""
+    with open("/proc/%d/stat" % pid) as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])        # fields 14 and 15 of proc(5)
+
+
+def vm_status(pid):
+    """{"VmRSS": kiB, "VmHWM": kiB} from /proc/PID/status."""
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up helpers
+
+def find_tool(name):
+    path = shutil.which(name)
+    if path:
+        return path
+    for d in ("/usr/sbin", "/sbin", "/usr/local/sbin"):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def ensure_packages(allow_install):
+    missing = sorted({pkg for tool, pkg in PACKAGES.items() if not find_tool(tool)})
+    if not missing:
+        return
+    if not allow_install:
+        raise BenchError("missing Debian packages: %s (drop --no-install, or apt-get install -y %s)"
+                         % (", ".join(missing), " ".join(missing)))
+    prefix = []
+    if os.geteuid() != 0:
+        if not shutil.which("sudo"):
+            raise BenchError("missing packages %s and not root: apt-get install -y %s"
+                             % (missing, " ".join(missing)))
+        prefix = ["sudo", "-n"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = prefix + ["apt-get", "install", "-y", "--no-install-recommends"] + missing
+    log("installing %s" % " ".join(missing))
+    if subprocess.run(install, env=env, timeout=900, stdin=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(prefix + ["apt-get", "update"], env=env, timeout=900,
+                       stdin=subprocess.DEVNULL, check=True)
+        subprocess.run(install, env=env, timeout=900, stdin=subprocess.DEVNULL, check=True)
+    still = sorted({pkg for tool, pkg in PACKAGES.items() if not find_tool(tool)})
+    if still:
+        raise BenchError("still missing after apt-get install: %s" % ", ".join(still))
+
+
+def free_ports(n):
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def render(template, out_path, **values):
+    with open(os.path.join(CONFIG_DIR, template), encoding="utf-8") as f:
+        text = f.read()
+    for key, value in values.items():
+        text = text.replace("{{%s}}" % key, str(value))
+    left = re.findall(r"\{\{[A-Z_]+\}\}", text)
+    if left:
+        raise BenchError("%s: unfilled placeholders %s" % (template, left))
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return out_path
+
+
+def http_get(port, path, timeout=2.0):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def http_put(port, path, token, body=b"x" * 128, timeout=5.0):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("PUT", path, body=body, headers={"X-Fencing-Token": str(token)})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_ready(proc, port, path, what, log_path, timeout=PROC_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            status, _ = http_get(port, path, timeout=1.0)
+            if status == 200:
+                return
+            last = "HTTP %d" % status
+        except OSError as e:
+            last = repr(e)
+        time.sleep(0.05)
+    tail = ""
+    try:
+        with open(log_path, "rb") as f:
+            tail = f.read()[-3000:].decode("utf-8", "replace")
+    except OSError:
+        pass
+    raise BenchError("%s did not become ready on port %d (exit %s, last %s)\n%s"
+                     % (what, port, proc.poll(), last, tail))
+
+
+def version_of(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "unavailable (%s)" % e
+    text = (r.stdout + r.stderr).strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus text (fencing-proxy's /metrics)
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def fencing_counters(admin_port):
+    status, body = http_get(admin_port, "/metrics", timeout=5.0)
+    if status != 200:
+        raise BenchError("fencing-proxy /metrics answered %d" % status)
+    out = {"syncs": 0.0, "sync_seconds": 0.0, "raises": 0.0, "outcomes": {}}
+    for line in body.decode("utf-8", "replace").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+        if name == "fencing_proxy_state_sync_seconds_count":
+            out["syncs"] += value
+        elif name == "fencing_proxy_state_sync_seconds_sum":
+            out["sync_seconds"] += value
+        elif name == "fencing_proxy_token_raises_total":
+            out["raises"] += value
+        elif name == "fencing_proxy_requests_total":
+            key = labels.get("outcome", "?")
+            out["outcomes"][key] = out["outcomes"].get(key, 0.0) + value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+class Target:
+    def __init__(self, name, port, proc, pid, admin_port=None):
+        self.name, self.port, self.proc, self.pid, self.admin_port = name, port, proc, pid, admin_port
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+class Bench:
+    def __init__(self, args, sup, workdir):
+        self.args, self.sup, self.workdir = args, sup, workdir
+        self.targets = {}
+        self.backend = None
+        self.backend_pid = None
+        self.runs = []
+        self.fsync = []           # per round: {"round", "syncs_per_s"}
+        self.syscalls = {}
+        self.idle = []
+        self.raise_runs = 0
+        self.run_no = 0
+        self.load_cpu, self.proxy_cpu = self._cpus()
+        os.makedirs(os.path.join(workdir, "runs"))
+        self.state_dir = os.path.join(workdir, "state")
+        os.makedirs(self.state_dir)
+
+    def _cpus(self):
+        allowed = sorted(os.sched_getaffinity(0))
+        if self.args.no_pin or len(allowed) < 2:
+            if not self.args.no_pin:
+                log("warning: %d CPU(s) available, running without pinning" % len(allowed))
+            return None, None
+        load = self.args.load_cpu if self.args.load_cpu is not None else allowed[0]
+        proxy = self.args.proxy_cpu if self.args.proxy_cpu is not None else allowed[1]
+        if load == proxy or load not in allowed or proxy not in allowed:
+            raise BenchError("--load-cpu %s / --proxy-cpu %s: need two different CPUs of %s"
+                             % (load, proxy, allowed))
+        os.sched_setaffinity(0, {load})     # this script, wrk and strace share the load core
+        return load, proxy
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def start(self):
+        w = self.workdir
+        ports = free_ports(5)
+        backend_port, nginx_port, haproxy_port, fp_port, fp_admin = ports
+        nginx = find_tool("nginx")
+        cfg = render("nginx-backend.conf", os.path.join(w, "nginx-backend.conf"),
+                     WORKDIR=w, BACKEND_PORT=backend_port)
+        out = os.path.join(w, "nginx-backend.out")
+        self.backend = self.sup.spawn("backend", [nginx, "-p", w, "-e", os.path.join(
+            w, "nginx-backend.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
+        wait_ready(self.backend, backend_port, "/", "backend nginx", out)
+        self.backend_pid = self._nginx_worker(self.backend, "backend nginx")
+
+        if "nginx" in self.args.targets:
+            cfg = render("nginx-proxy.conf", os.path.join(w, "nginx-proxy.conf"), WORKDIR=w,
+                         PORT=nginx_port, BACKEND_PORT=backend_port)
+            out = os.path.join(w, "nginx-proxy.out")
+            proc = self.sup.spawn("nginx", [nginx, "-p", w, "-e", os.path.join(
+                w, "nginx-proxy.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
+            wait_ready(proc, nginx_port, EQ_PATH, "nginx proxy", out)
+            self.targets["nginx"] = Target("nginx", nginx_port, proc,
+                                           self._nginx_worker(proc, "nginx proxy"))
+        if "haproxy" in self.args.targets:
+            cfg = render("haproxy.cfg", os.path.join(w, "haproxy.cfg"), PORT=haproxy_port,
+                         BACKEND_PORT=backend_port)
+            out = os.path.join(w, "haproxy.out")
+            proc = self.sup.spawn("haproxy", [find_tool("haproxy"), "-db", "-f", cfg], out,
+                                  cpu=self.proxy_cpu)
+            wait_ready(proc, haproxy_port, EQ_PATH, "haproxy", out)
+            self.targets["haproxy"] = Target("haproxy", haproxy_port, proc, proc.pid)
+        if "fencing-proxy" in self.args.targets:
+            routes = "\n".join("  - name: f%d\n    prefix: /f%d" % (i, i)
+                               for i in range(self.args.fences))
+            cfg = render("fencing-proxy.yaml", os.path.join(w, "fencing-proxy.yaml"),
+                         PORT=fp_port, ADMIN_PORT=fp_admin, BACKEND_PORT=backend_port,
+                         STATE_DIR=self.state_dir, FENCE_ROUTES=routes)
+            out = os.path.join(w, "fencing-proxy.out")
+            proc = self.sup.spawn("fencing-proxy", [self.args.binary, "--config", cfg], out,
+                                  cpu=self.proxy_cpu)
+            wait_ready(proc, fp_admin, "/readyz", "fencing-proxy (admin /readyz)", out)
+            wait_ready(proc, fp_port, EQ_PATH, "fencing-proxy", out)
+            self.targets["fencing-proxy"] = Target("fencing-proxy", fp_port, proc, proc.pid,
+                                                   admin_port=fp_admin)
+        # The equal-token fence starts at EQUAL_TOKEN: one raise, before anything is measured.
+        for t in self.targets.values():
+            status, body = http_put(t.port, EQ_PATH, EQUAL_TOKEN)
+            if status // 100 != 2:
+                raise BenchError("%s: priming PUT %s X-Fencing-Token: %s -> HTTP %d %r"
+                                 % (t.name, EQ_PATH, EQUAL_TOKEN, status, body[:300]))
+
+    def _nginx_worker(self, master, what):
+        deadline = time.monotonic() + PROC_TIMEOUT
+        while time.monotonic() < deadline:
+            kids = children(master.pid)
+            if kids:
+                self.sup.add_pids(master, kids)
+                return kids[0]
+            time.sleep(0.05)
+        raise BenchError("%s: no worker process under master %d" % (what, master.pid))
+
+    def check_alive(self):
+        for name, proc in [("backend", self.backend)] + [(t.name, t.proc)
+                                                         for t in self.targets.values()]:
+            if proc.poll() is not None:
+                raise BenchError("%s exited (status %s) during the benchmark; logs in %s"
+                                 % (name, proc.returncode, self.workdir))
+
+    def order(self, round_no):
+        names = [n for n in TARGETS if n in self.targets]
+        k = round_no % len(names)
+        return names[k:] + names[:k]
+
+    # -- wrk -------------------------------------------------------------------------------
+
+    def wrk_start(self, target, script, threads, conns, seconds, script_args=(), env_extra=None,
+                  tag=""):
+        self.run_no += 1
+        out = os.path.join(self.workdir, "runs", "%04d-%s-%s.txt" % (self.run_no, target.name, tag))
+        argv = [find_tool("wrk"), "-t", str(threads), "-c", str(conns), "-d", "%gs" % seconds,
+                "--latency", "--timeout", "5s", "-s", os.path.join(LUA_DIR, script), target.url]
+        if script_args:
+            argv += ["--"] + [str(a) for a in script_args]
+        env = dict(os.environ)
+        if self.args.check_status:
+            env["BENCH_CHECK_STATUS"] = "1"
+        env.update(env_extra or {})
+        # No taskset here: this script is already pinned to the load core, and wrk inherits it.
+        proc = self.sup.spawn("wrk", argv, out, env=env)
+        return proc, out, seconds
+
+    def wrk_finish(self, handle, stop_marker=False):
+        proc, out, seconds = handle
+        if stop_marker:     # a fixed request count: SIGINT once the Lua side says it is done
+            deadline = time.monotonic() + seconds
+            while proc.poll() is None and time.monotonic() < deadline:
+                with open(out, "rb") as f:
+                    if b"BENCH_STOPPED" in f.read():
+                        proc.send_signal(signal.SIGINT)
+                        break
+                time.sleep(0.05)
+        try:
+            proc.wait(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            self.sup.stop(proc, signal.SIGKILL)
+            raise BenchError("wrk did not finish (output in %s)" % out)
+        self.sup.stop(proc)
+        with open(out, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        m = re.search(r"^BENCH_RESULT (\{.*\})$", text, re.M)
+        if proc.returncode != 0 or not m:
+            raise BenchError("wrk failed (exit %s); output %s:\n%s" % (proc.returncode, out,
+                                                                       text[-3000:]))
+        r = json.loads(m.group(1))
+        r["seconds"] = r["duration_us"] / 1e6
+        r["rps"] = r["requests"] / r["seconds"] if r["seconds"] else 0.0
+        r["socket_errors"] = sum(v for k, v in r["errors"].items() if k != "status")
+        r["output"] = os.path.relpath(out, self.workdir)
+        return r
+
+    # -- one measured run ------------------------------------------------------------------
+
+    def measure(self, round_no, workload, t, seconds):
+        fp = t.admin_port is not None
+        c0 = fencing_counters(t.admin_port) if fp else None
+        ticks0, bticks0 = cpu_ticks(t.pid), cpu_ticks(self.backend_pid)
+        side = None
+        conns = self.args.connections
+        if workload == "get":
+            main = self.wrk_start(t, "get.lua", 1, conns, seconds, [EQ_PATH], tag=workload)
+        elif workload == "put_equal":
+            main = self.wrk_start(t, "put_equal.lua", 1, conns, seconds, [EQUAL_TOKEN, EQ_PATH],
+                                  tag=workload)
+        elif workload == "put_paced":
+            main = self.wrk_start(t, "put_equal.lua", 1, PACED_CONNS, seconds,
+                                  [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload)
+        elif workload == "raise_serial":
+            self.raise_runs += 1
+            main = self.wrk_start(t, "raise_serial.lua", 1, 1, seconds,
+                                  [self.raise_runs * TOKEN_STRIDE, SERIAL_PATH], tag=workload)
+        elif workload == "raise_fences":
+            self.raise_runs += 1
+            n = self.args.fences
+            main = self.wrk_start(t, "raise_fences.lua", n, n, seconds,
+                                  [self.raise_runs * TOKEN_STRIDE], tag=workload)
+            side = self.wrk_start(t, "put_equal.lua", 1, PACED_CONNS, seconds,
+                                  [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload + "-side")
+        else:
+            raise BenchError("unknown workload %s" % workload)
+        r = self.wrk_finish(main)
+        s = self.wrk_finish(side) if side else None
+        ticks1, bticks1 = cpu_ticks(t.pid), cpu_ticks(self.backend_pid)
+        vm = vm_status(t.pid)
+        total = r["requests"] + (s["requests"] if s else 0)
+        run = {
+            "round": round_no, "workload": workload, "target": t.name,
+            "requests": r["requests"], "seconds": round(r["seconds"], 3), "rps": round(r["rps"], 1),
+            "latency_us": r["latency_us"], "errors": r["errors"],
+            "socket_errors": r["socket_errors"], "status_errors": r["errors"]["status"],
+            "status_checked": r["status_checked"], "non2xx": r["non2xx"],
+            "first_non2xx": r["first_non2xx"] or None,
+            "cpu_us_per_req": round((ticks1 - ticks0) * 1e6 / CLK_TCK / total, 2) if total else None,
+            "backend_cpu_us_per_req": (round((bticks1 - bticks0) * 1e6 / CLK_TCK / total, 2)
+                                       if total else None),
+            "vmhwm_kib": vm.get("VmHWM"), "vmrss_kib": vm.get("VmRSS"), "wrk_output": r["output"],
+        }
+        if s:
+            run["side"] = {k: s[k] for k in ("requests", "latency_us", "errors", "non2xx",
+                                             "first_non2xx", "socket_errors")}
+            run["side"]["rps"] = round(s["rps"], 1)
+        if fp:
+            c1 = fencing_counters(t.admin_port)
+            syncs, raises = c1["syncs"] - c0["syncs"], c1["raises"] - c0["raises"]
+            run["syncs"], run["raises"] = int(syncs), int(raises)
+            run["raises_per_s"] = round(raises / r["seconds"], 1) if r["seconds"] else None
+            run["syncs_per_raise"] = round(syncs / raises, 4) if raises else None
+            run["mean_sync_ms"] = (round((c1["sync_seconds"] - c0["sync_seconds"]) * 1000 / syncs, 3)
+                                   if syncs else None)
+            run["outcomes"] = {k: int(v - c0["outcomes"].get(k, 0.0))
+                               for k, v in c1["outcomes"].items()
+                               if v - c0["outcomes"].get(k, 0.0) > 0}
+        run["problems"] = self.problems(run, s)
+        self.runs.append(run)
+        return run
+
+    @staticmethod
+    def problems(run, side):
+        out = []
+        for label, r in (("", run), ("side load: ", side)):
+            if r is None:
+                continue
+            if r["requests"] == 0:
+                out.append(label + "no request completed")
+            if r["socket_errors"]:
+                out.append(label + "socket errors %s" % {k: v for k, v in r["errors"].items()
+                                                         if v and k != "status"})
+            if r["errors"]["status"] or r["non2xx"]:
+                out.append(label + "non-2xx: %d (>= 400 counted by wrk: %d); first: %s"
+                           % (r["non2xx"], r["errors"]["status"],
+                              r["first_non2xx"] or "(not recorded: rerun with --check-status)"))
+        odd = {k: v for k, v in run.get("outcomes", {}).items() if k not in ("forwarded", "unfenced")}
+        if odd:
+            out.append("fencing-proxy outcomes other than forwarded/unfenced: %s" % odd)
+        return out
+
+    # -- the disk, syscalls, idle connections ----------------------------------------------
+
+    def fsync_rate(self, seconds):
+        """One thread appending an 80-byte record and fdatasync'ing it, on the state file's disk."""
+        path = os.path.join(self.state_dir, "fsync-probe.log")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        record = b"x" * 79 + b"\n"
+        count, start = 0, time.monotonic()
+        try:
+            while time.monotonic() - start < seconds:
+                os.write(fd, record)
+                os.fdatasync(fd)
+                count += 1
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        return count / (time.monotonic() - start)
+
+    def count_syscalls(self, t, n_requests):
+        """strace -c -f on the target process over about n_requests equal-token PUTs."""
+        out = os.path.join(self.workdir, "strace-%s.txt" % t.name)
+        err = os.path.join(self.workdir, "strace-%s.err" % t.name)
+        errf = open(err, "wb")
+        try:
+            strace = subprocess.Popen([find_tool("strace"), "-c", "-f", "-o", out, "-p", str(t.pid)],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=errf, start_new_session=True)
+        finally:
+            errf.close()
+        self.sup.procs.append(("strace", strace, []))
+        try:
+            threads = len(os.listdir("/proc/%d/task" % t.pid))
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and strace.poll() is None:
+                with open(err, encoding="utf-8", errors="replace") as f:
+                    if f.read().count("attached") >= threads:
+                        break
+                time.sleep(0.05)
+            if strace.poll() is not None:
+                with open(err, encoding="utf-8", errors="replace") as f:
+                    return {"error": "strace exited %s: %s" % (strace.returncode, f.read()[-500:])}
+            time.sleep(0.2)
+            h = self.wrk_start(t, "put_equal.lua", 1, self.args.connections, 120,
+                               [EQUAL_TOKEN, EQ_PATH],
+                               env_extra={"BENCH_STOP_AFTER": str(n_requests)}, tag="strace")
+            r = self.wrk_finish(h, stop_marker=True)
+            time.sleep(0.2)
+        finally:
+            self.sup.stop(strace, signal.SIGINT)
+        calls, total = {}, None
+        with open(out, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and re.match(r"^\d+(\.\d+)?$", parts[0]) and parts[3].isdigit():
+                    if parts[-1] == "total":
+                        total = int(parts[3])
+                    else:
+                        calls[parts[-1]] = int(parts[3])
+        if total is None or not r["requests"]:
+            return {"error": "no strace summary (see %s)" % out}
+        top = sorted(calls.items(), key=lambda kv: -kv[1])
+        return {"requests": r["requests"], "syscalls": total,
+                "per_request": round(total / r["requests"], 2),
+                "by_syscall_per_request": {k: round(v / r["requests"], 3) for k, v in top},
+                "socket_errors": r["socket_errors"], "non2xx": r["non2xx"] + r["errors"]["status"]}
+
+    def idle_test(self, t, n):
+        """n keep-alive connections, each used for one GET (one at a time), then held idle."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < n + 256:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 256), hard))
+        time.sleep(0.3)
+        before = vm_status(t.pid)["VmRSS"]
+        socks, closed = [], 0
+        request = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % EQ_PATH).encode()
+        deadline = time.monotonic() + 120
+        try:
+            for _ in range(n):
+                if time.monotonic() > deadline:
+                    raise BenchError("idle test: opening %d connections took over 120 s" % n)
+                s = socket.create_connection(("127.0.0.1", t.port), timeout=5)
+                socks.append(s)
+                s.sendall(request)
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        raise BenchError("idle test: %s closed a connection" % t.name)
+                    buf += chunk
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                status = int(head.split(None, 2)[1])
+                if status // 100 != 2:
+                    raise BenchError("idle test: %s answered %d to GET %s" % (t.name, status, EQ_PATH))
+                m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                need = int(m.group(1)) if m else 0
+                while len(rest) < need:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    rest += chunk
+            time.sleep(1.0)
+            vm = vm_status(t.pid)
+            for s in socks:                      # still open? (a closed one reads b"" at once)
+                s.setblocking(False)
+                try:
+                    if s.recv(1) == b"":
+                        closed += 1
+                except BlockingIOError:
+                    pass
+        finally:
+            for s in socks:
+                s.close()
+        return {"target": t.name, "connections": n, "rss_before_kib": before,
+                "rss_after_kib": vm["VmRSS"], "closed_by_server": closed,
+                "bytes_per_conn": round((vm["VmRSS"] - before) * 1024 / n, 1)}
+
+    # -- the whole run ---------------------------------------------------------------------
+
+    def run(self):
+        a = self.args
+        if not a.smoke and a.warmup > 0:
+            for t in self.targets.values():
+                for script, sargs in (("get.lua", [EQ_PATH]),
+                                      ("put_equal.lua", [EQUAL_TOKEN, EQ_PATH])):
+                    self.wrk_finish(self.wrk_start(t, script, 1, a.connections, a.warmup, sargs,
+                                                   tag="warmup"))
+        for rnd in range(a.rounds):
+            rate = self.fsync_rate(a.fsync_seconds)
+            self.fsync.append({"round": rnd, "syncs_per_s": round(rate, 1)})
+            log("[round %d/%d] disk append+fdatasync: %.0f/s  (load average %.2f)"
+                % (rnd + 1, a.rounds, rate, os.getloadavg()[0]))
+            for w in a.workloads:
+                for name in self.order(rnd):
+                    self.check_alive()
+                    r = self.measure(rnd, w, self.targets[name], a.seconds)
+                    extra = ""
+                    if r.get("syncs_per_raise") is not None:
+                        extra = "  syncs/raise %.3f (%.2f ms each)" % (r["syncs_per_raise"],
+                                                                      r["mean_sync_ms"])
+                    if "side" in r:
+                        extra += "  side p99 %.2f ms" % (r["side"]["latency_us"]["p99"] / 1000)
+                    log("  %-12s %-13s %9.0f req/s  p50 %6.2f  p99 %6.2f  p99.9 %6.2f ms  "
+                        "cpu %6.1f us/req%s%s"
+                        % (w, name, r["rps"], r["latency_us"]["p50"] / 1000,
+                           r["latency_us"]["p99"] / 1000, r["latency_us"]["p99_9"] / 1000,
+                           r["cpu_us_per_req"] or 0, extra,
+                           ("  PROBLEM: " + "; ".join(r["problems"])) if r["problems"] else ""))
+        if a.strace_requests > 0:
+            for name in self.order(0):
+                self.check_alive()
+                res = self.count_syscalls(self.targets[name], a.strace_requests)
+                self.syscalls[name] = res
+                log("  syscalls %-13s %s" % (name, res.get("per_request", res.get("error"))))
+        for i in range(a.idle_rounds):
+            for name in self.order(i):
+                self.check_alive()
+                res = self.idle_test(self.targets[name], a.idle_conns)
+                res["round"] = i
+                self.idle.append(res)
+                log("  idle     %-13s %d conns: %+.0f bytes/conn (RSS %d -> %d KiB)%s"
+                    % (name, res["connections"], res["bytes_per_conn"], res["rss_before_kib"],
+                       res["rss_after_kib"],
+                       "  %d closed by the server" % res["closed_by_server"]
+                       if res["closed_by_server"] else ""))
+        self.check_alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary, goals, table
+
+def summarize(bench):
+    runs = bench.runs
+    fsync_by_round = {f["round"]: f["syncs_per_s"] for f in bench.fsync}
+    by = {}
+    for r in runs:
+        by.setdefault((r["workload"], r["target"]), {})[r["round"]] = r
+    summary = {}
+    for (w, t), rounds in by.items():
+        rs = list(rounds.values())
+        ref = by.get((w, REFERENCE), {})
+        lat = lambda r, k: r["latency_us"][k]      # noqa: E731
+
+        def paired(f):
+            return median([ratio(f(rounds[k]), f(ref[k])) for k in rounds if k in ref])
+        s = {
+            "rounds": len(rs),
+            "rps": median([r["rps"] for r in rs]),
+            "p50_us": median([lat(r, "p50") for r in rs]),
+            "p99_us": median([lat(r, "p99") for r in rs]),
+            "p99_9_us": median([lat(r, "p99_9") for r in rs]),
+            "cpu_us_per_req": median([r["cpu_us_per_req"] for r in rs]),
+            "backend_cpu_us_per_req": median([r["backend_cpu_us_per_req"] for r in rs]),
+            "peak_rss_kib": max(r["vmhwm_kib"] or 0 for r in rs),
+            "requests": sum(r["requests"] for r in rs),
+            "socket_errors": sum(r["socket_errors"] for r in rs),
+            "non2xx": sum(max(r["non2xx"], r["status_errors"]) for r in rs),
+            "problem_runs": sum(1 for r in rs if r["problems"]),
+            "ratio_rps": paired(lambda r: r["rps"]),
+            "ratio_cpu": paired(lambda r: r["cpu_us_per_req"]),
+            "ratio_p50": paired(lambda r: lat(r, "p50")),
+            "ratio_p99": paired(lambda r: lat(r, "p99")),
+            "ratio_p99_9": paired(lambda r: lat(r, "p99_9")),
+        }
+        if w.startswith("raise"):
+            s["ratio_to_fsync"] = median([ratio(r["rps"], fsync_by_round.get(k))
+                                          for k, r in rounds.items()])
+            if any("syncs" in r for r in rs):
+                syncs = sum(r.get("syncs", 0) for r in rs)
+                raises = sum(r.get("raises", 0) for r in rs)
+                s["syncs"], s["raises"] = syncs, raises
+                s["syncs_per_raise"] = round(syncs / raises, 4) if raises else None
+                s["raises_per_s"] = median([r.get("raises_per_s") for r in rs])
+                s["mean_sync_ms"] = median([r.get("mean_sync_ms") for r in rs])
+        if w == "raise_fences":
+            alone = by.get(("put_paced", t), {})
+            s["side_p99_us"] = median([r["side"]["latency_us"]["p99"] for r in rs])
+            s["side_p99_9_us"] = median([r["side"]["latency_us"]["p99_9"] for r in rs])
+            s["side_p99_vs_alone"] = median([ratio(r["side"]["latency_us"]["p99"],
+                                                   alone[k]["latency_us"]["p99"])
+                                             for k, r in rounds.items() if k in alone])
+        summary.setdefault(w, {})[t] = s
+    idle = {}
+    for t in {i["target"] for i in bench.idle}:
+        idle[t] = median([i["bytes_per_conn"] for i in bench.idle if i["target"] == t])
+    return {"workloads": summary, "fsync_per_s": median([f["syncs_per_s"] for f in bench.fsync]),
+            "idle_bytes_per_conn": idle,
+            "syscalls_per_request": {t: v.get("per_request") for t, v in bench.syscalls.items()}}
+
+
+def goals(summary, targets):
+    """[(goal, measured, met: True/False/None)] for fencing-proxy, as issue 7 states them.
+    met is None when a number is missing (a workload or a target not run)."""
+    fp, W = "fencing-proxy", summary["workloads"]
+    out = []
+
+    def get(w, key, t=fp):
+        return W.get(w, {}).get(t, {}).get(key)
+
+    def fmt(x, f="%.2f"):
+        return "n/a" if x is None else f % x
+
+    def at_most(x, bound):
+        return None if x is None else x <= bound
+
+    def at_least(x, bound):
+        return None if x is None else x >= bound
+
+    def both(*conds):
+        return None if any(c is None for c in conds) else all(conds)
+
+    for w, label in (("put_equal", "PUT equal-token throughput, 32 connections"),
+                     ("get", "GET pass-through throughput")):
+        rr, cr = get(w, "ratio_rps"), get(w, "ratio_cpu")
+        out.append(("%s: ≥ 1.0× nginx; CPU µs/request ≤ nginx's" % label,
+                    "%s× nginx req/s; CPU %s vs %s µs/req (%s×)"
+                    % (fmt(rr), fmt(get(w, "cpu_us_per_req"), "%.1f"),
+                       fmt(get(w, "cpu_us_per_req", REFERENCE), "%.1f"), fmt(cr)),
+                    both(at_least(rr, 1.0), at_most(cr, 1.0))))
+    parts, conds = [], []
+    for w in ("put_equal", "get"):
+        p99, p999 = get(w, "ratio_p99"), get(w, "ratio_p99_9")
+        parts.append("%s: p99 %s×, p99.9 %s× nginx" % (w, fmt(p99), fmt(p999)))
+        conds += [at_most(p99, 1.0), at_most(p999, 1.25)]
+    out.append(("tail latency at 32 connections (GET and equal-token PUT): p99 ≤ nginx p99; "
+                "p99.9 ≤ 1.25× nginx", "; ".join(parts), both(*conds)))
+    sc = summary["syscalls_per_request"]
+    out.append(("syscalls per proxied request ≤ 5 (equal-token PUT)",
+                ", ".join("%s %s" % (t, fmt(sc.get(t))) for t in targets if t in sc) or "n/a",
+                at_most(sc.get(fp), 5.0)))
+    idle = summary["idle_bytes_per_conn"]
+    out.append(("idle keep-alive connection ≤ 2 KiB each",
+                ", ".join("%s %s B" % (t, fmt(idle.get(t), "%.0f")) for t in targets if t in idle)
+                or "n/a", at_most(idle.get(fp), 2048)))
+    f = summary["fsync_per_s"]
+    r1, spr1 = get("raise_serial", "ratio_to_fsync"), get("raise_serial", "syncs_per_raise")
+    out.append(("serial raises on one fence ≥ 0.8× the disk's single-thread append+fdatasync "
+                "rate, exactly one sync per raise",
+                "%s raises/s vs %s syncs/s (medians; same-round ratio %s×); %s syncs/raise"
+                % (fmt(get("raise_serial", "rps"), "%.0f"), fmt(f, "%.0f"), fmt(r1),
+                   fmt(spr1, "%.3f")),
+                both(at_least(r1, 0.8), None if spr1 is None else abs(spr1 - 1.0) <= 0.005)))
+    r32, spr32 = get("raise_fences", "ratio_to_fsync"), get("raise_fences", "syncs_per_raise")
+    side, side_us = get("raise_fences", "side_p99_vs_alone"), get("raise_fences", "side_p99_us")
+    out.append(("concurrent raises on 32 fences ≥ 5× the single-thread fdatasync rate, while "
+                "equal-token requests on another fence keep their latency (paced side load: p99 "
+                "≤ 1.25× its p99 alone)",
+                "%s raises/s (same-round ratio %s×); %s syncs/raise; side load p99 %s ms = %s× "
+                "alone" % (fmt(get("raise_fences", "rps"), "%.0f"), fmt(r32), fmt(spr32, "%.3f"),
+                           fmt(None if side_us is None else side_us / 1000), fmt(side)),
+                both(at_least(r32, 5.0), at_most(side, 1.25))))
+    ran = [w for w in W if fp in W[w]]
+    errs = sum(W[w][fp]["non2xx"] + W[w][fp]["socket_errors"] for w in ran)
+    bad_runs = sum(W[w][fp]["problem_runs"] for w in ran)
+    out.append(("errors: 0 non-2xx and 0 socket errors in every run",
+                "%d non-2xx + socket errors; %d runs with problems" % (errs, bad_runs),
+                (errs == 0 and bad_runs == 0) if ran else None))
+    return out
+
+
+def table(summary, targets, workloads):
+    W = summary["workloads"]
+
+    def ms(us):
+        return "—" if us is None else "%.2f" % (us / 1000)
+
+    def num(x, f):
+        return "—" if x is None else f % x
+    lines = ["| workload | target | req/s | req/s × nginx | p50 ms | p99 ms | p99.9 ms | "
+             "p99 × nginx | CPU µs/req | CPU × nginx | peak RSS MiB | errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for w in workloads:
+        for t in targets:
+            s = W.get(w, {}).get(t)
+            if not s:
+                continue
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                WORKLOADS[w], t, num(s["rps"], "%.0f"), num(s["ratio_rps"], "%.2f"),
+                ms(s["p50_us"]), ms(s["p99_us"]), ms(s["p99_9_us"]), num(s["ratio_p99"], "%.2f"),
+                num(s["cpu_us_per_req"], "%.1f"), num(s["ratio_cpu"], "%.2f"),
+                num(s["peak_rss_kib"] / 1024 if s["peak_rss_kib"] else None, "%.1f"),
+                s["non2xx"] + s["socket_errors"]))
+    extra = []
+    if summary["fsync_per_s"]:
+        extra.append("- disk, one thread append+fdatasync on the state file's directory: "
+                     "%.0f/s (median of rounds)" % summary["fsync_per_s"])
+    for w, what in (("raise_serial", "serial raises"), ("raise_fences", "raises on 32 fences")):
+        s = W.get(w, {}).get("fencing-proxy")
+        if s and s.get("syncs_per_raise") is not None:
+            extra.append("- fencing-proxy %s: %.0f raises/s = %.2f× the fdatasync rate (same-round "
+                         "ratio); %.3f fdatasyncs per raise (%d syncs / %d raises); one write+sync "
+                         "took %.2f ms on average"
+                         % (what, s["raises_per_s"] or 0, s["ratio_to_fsync"] or 0,
+                            s["syncs_per_raise"], s["syncs"], s["raises"], s["mean_sync_ms"] or 0))
+    s = W.get("raise_fences", {})
+    if s:
+        extra.append("- paced equal-token load (%d conns, %d ms pause) beside the 32-fence raises, "
+                     "p99 ms (× the same load alone): %s" % (PACED_CONNS, PACED_DELAY_MS, ", ".join(
+                         "%s %s (%s×)" % (t, ms(s[t]["side_p99_us"]), num(s[t]["side_p99_vs_alone"],
+                                                                         "%.2f"))
+                         for t in targets if t in s)))
+    sc = summary["syscalls_per_request"]
+    if sc:
+        extra.append("- syscalls per proxied request (strace -c, equal-token PUT): " + ", ".join(
+            "%s %s" % (t, num(sc.get(t), "%.2f")) for t in targets if t in sc))
+    idle = summary["idle_bytes_per_conn"]
+    if idle:
+        extra.append("- memory per idle keep-alive connection (ΔRSS / N): " + ", ".join(
+            "%s %s B" % (t, num(idle.get(t), "%.0f")) for t in targets if t in idle))
+    return "\n".join(lines), "\n".join(extra)
+
+
+def goals_table(gs):
+    lines = ["| goal | measured (fencing-proxy) | |", "|---|---|---|"]
+    for goal, measured, met in gs:
+        lines.append("| %s | %s | %s |" % (goal, measured,
+                                           "n/a" if met is None else ("met" if met else "NOT met")))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    p.add_argument("--binary", "--proxy-binary", dest="binary",
+                   default=os.path.join(REPO, "build", "proxy", "fencing-proxy"),
+                   help="the fencing-proxy binary (default: build/proxy/fencing-proxy)")
+    p.add_argument("--smoke", action="store_true",
+                   help="one short round of every workload; exit 1 on any non-2xx/socket error")
+    p.add_argument("--rounds", type=int, help="rounds per workload (default 9; smoke 1)")
+    p.add_argument("--seconds", type=float, help="seconds per run (default 8; smoke 1)")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target")
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ", ".join(TARGETS))
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="comma list of " + ", ".join(WORKLOADS))
+    p.add_argument("--connections", type=int, default=32, help="connections for get/put_equal")
+    p.add_argument("--fences", type=int, default=32, help="fences (and connections) for raise_fences")
+    p.add_argument("--idle-conns", type=int, help="idle keep-alive connections (default 1000; smoke 200)")
+    p.add_argument("--idle-rounds", type=int, help="idle tests per target (default 3; smoke 1)")
+    p.add_argument("--strace-requests", type=int,
+                   help="requests counted under strace per target, 0 = skip (default 20000; smoke 2000)")
+    p.add_argument("--fsync-seconds", type=float, help="disk probe per round (default 2; smoke 0.5)")
+    p.add_argument("--check-status", action="store_true",
+                   help="count every non-2xx in wrk (a Lua response() per request; on in --smoke)")
+    p.add_argument("--load-cpu", type=int, help="CPU for wrk (default: the first allowed)")
+    p.add_argument("--proxy-cpu", type=int, help="CPU for the proxies and the backend (default: the second)")
+    p.add_argument("--no-pin", action="store_true", help="no taskset pinning")
+    p.add_argument("--no-install", action="store_true", help="never apt-get install")
+    p.add_argument("--json", help="results file (default bench/results/<UTC time>[-smoke].json)")
+    p.add_argument("--keep-workdir", action="store_true", help="keep configs, logs and wrk output")
+    a = p.parse_args(argv)
+    smoke = a.smoke
+    a.rounds = a.rounds if a.rounds is not None else (1 if smoke else 9)
+    a.seconds = a.seconds if a.seconds is not None else (1.0 if smoke else 8.0)
+    a.idle_conns = a.idle_conns if a.idle_conns is not None else (200 if smoke else 1000)
+    a.idle_rounds = a.idle_rounds if a.idle_rounds is not None else (1 if smoke else 3)
+    a.strace_requests = (a.strace_requests if a.strace_requests is not None
+                         else (2000 if smoke else 20000))
+    a.fsync_seconds = a.fsync_seconds if a.fsync_seconds is not None else (0.5 if smoke else 2.0)
+    a.check_status = a.check_status or smoke
+    a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
+    a.workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
+    for t in a.targets:
+        if t not in TARGETS:
+            p.error("unknown target %r" % t)
+    for w in a.workloads:
+        if w not in WORKLOADS:
+            p.error("unknown workload %r" % w)
+    if "raise_fences" in a.workloads and "put_paced" not in a.workloads:
+        a.workloads.append("put_paced")     # the side load's baseline
+    if a.rounds < 1 or a.seconds <= 0 or a.connections < 1 or a.fences < 1 or a.idle_conns < 1:
+        p.error("rounds, seconds, connections, fences and idle-conns must be positive")
+    a.binary = os.path.abspath(a.binary)
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    started = time.monotonic()
+    sup = Supervisor()
+    atexit.register(sup.stop_all)
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    if "fencing-proxy" in args.targets and not os.access(args.binary, os.X_OK):
+        raise BenchError("fencing-proxy binary not found at %s (build it, or pass --binary)"
+                         % args.binary)
+    ensure_packages(not args.no_install)
+    workdir = tempfile.mkdtemp(prefix="fp-bench-")
+    os.chmod(workdir, 0o755)            # nginx workers run as nobody when started as root
+    env_info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "nproc": os.cpu_count(), "cpu_model": cpu_model(),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "versions": {
+            "nginx": version_of([find_tool("nginx"), "-v"]),
+            "haproxy": version_of([find_tool("haproxy"), "-v"]),
+            "wrk": version_of([find_tool("wrk"), "-v"]),
+            "strace": version_of([find_tool("strace"), "-V"]),
+            "fencing-proxy": (version_of([args.binary, "--version"])
+                              if "fencing-proxy" in args.targets else None),
+        },
+        "binary": args.binary,
+    }
+    bench = Bench(args, sup, workdir)
+    env_info["pinning"] = {"wrk": bench.load_cpu, "proxies_and_backend": bench.proxy_cpu}
+    n_runs = len(args.workloads) * len(args.targets) * args.rounds
+    log("fencing-proxy bench: %s; %d rounds × %d workloads × %d targets × %gs (about %.0f min); "
+        "load average %s; workdir %s"
+        % (env_info["versions"]["fencing-proxy"], args.rounds, len(args.workloads),
+           len(args.targets), args.seconds,
+           (n_runs * (args.seconds + 0.4) + args.rounds * args.fsync_seconds) / 60 + 0.5,
+           env_info["load_average_start"], workdir))
+    failure = None
+    try:
+        bench.start()
+        bench.run()
+    except (BenchError, Interrupted, OSError, subprocess.SubprocessError) as e:
+        failure = "%s: %s" % (type(e).__name__, e)
+        log("ERROR " + failure)
+    finally:
+        sup.stop_all()
+    env_info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    env_info["elapsed_s"] = round(time.monotonic() - started, 1)
+
+    targets = [t for t in TARGETS if t in args.targets]
+    summary = summarize(bench)
+    gs = goals(summary, targets) if "fencing-proxy" in targets else []
+    main_table, extra = table(summary, targets, args.workloads)
+    gtable = goals_table(gs)
+    problems = [dict(round=r["round"], workload=r["workload"], target=r["target"],
+                     problems=r["problems"]) for r in bench.runs if r["problems"]]
+    for t, v in bench.syscalls.items():
+        if v.get("socket_errors") or v.get("non2xx"):
+            problems.append({"workload": "strace put_equal", "target": t,
+                             "problems": ["socket errors %s, non-2xx %s" % (v["socket_errors"],
+                                                                            v["non2xx"])]})
+
+    log("\n## Results (%s; %d round(s), %gs per run; medians; ratios are medians of same-round "
+        "pairs)\n" % (env_info["date"], args.rounds, args.seconds))
+    log(main_table + "\n")
+    log(extra + "\n")
+    if gs:
+        log("## Goals (issue 7)\n\n" + gtable + "\n")
+    if problems:
+        log("## Problems")
+        for p in problems:
+            log("- %s %s round %s: %s" % (p["workload"], p["target"], p.get("round", "-"),
+                                          "; ".join(p["problems"])))
+    log("elapsed %.0f s; load average at start %s, at end %s"
+        % (env_info["elapsed_s"], env_info["load_average_start"], env_info["load_average_end"]))
+
+    out = args.json or os.path.join(RESULTS_DIR, "%s%s.json" % (
+        env_info["date"].replace(":", "").replace("-", ""), "-smoke" if args.smoke else ""))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    doc = {"environment": env_info, "args": vars(args), "failure": failure, "summary": summary,
+           "goals": [{"goal": g, "measured": m, "met": met} for g, m, met in gs],
+           "problems": problems, "fsync_rounds": bench.fsync, "syscalls": bench.syscalls,
+           "idle": bench.idle, "runs": bench.runs,
+           "markdown": main_table + "\n\n" + extra + "\n\n" + gtable}
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as f:
+        f.write(doc["markdown"] + "\n")
+    log("wrote %s (and .md)" % os.path.relpath(out))
+    if args.keep_workdir or failure:
+        log("workdir kept: %s" % workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    missing = [(w, t) for w in args.workloads for t in targets
+               if t not in summary["workloads"].get(w, {})]
+    if failure or problems or missing:
+        if missing and not failure:
+            log("FAIL: no result for %s" % missing)
+        log("FAIL" if args.smoke else "finished with problems (see above)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BenchError as e:
+        print("bench: %s" % e, file=sys.stderr)
+        sys.exit(2)
