@@ -357,6 +357,7 @@ class Bench:
         self.args, self.sup, self.workdir = args, sup, workdir
         self.targets = {}
         self.backend = None
+        self.backend_port = None
         self.backend_pid = None
         self.runs = []
         self.fsync = []           # per round: {"round", "syncs_per_s"}
@@ -387,53 +388,61 @@ class Bench:
 
     def start(self):
         w = self.workdir
-        ports = free_ports(5)
-        backend_port, nginx_port, haproxy_port, fp_port, fp_admin = ports
-        nginx = find_tool("nginx")
+        backend_port = free_ports(1)[0]
+        self.backend_port = backend_port
         cfg = render("nginx-backend.conf", os.path.join(w, "nginx-backend.conf"),
                      WORKDIR=w, BACKEND_PORT=backend_port)
         out = os.path.join(w, "nginx-backend.out")
-        self.backend = self.sup.spawn("backend", [nginx, "-p", w, "-e", os.path.join(
+        self.backend = self.sup.spawn("backend", [find_tool("nginx"), "-p", w, "-e", os.path.join(
             w, "nginx-backend.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
         wait_ready(self.backend, backend_port, "/", "backend nginx", out)
         self.backend_pid = self._nginx_worker(self.backend, "backend nginx")
-
-        if "nginx" in self.args.targets:
-            cfg = render("nginx-proxy.conf", os.path.join(w, "nginx-proxy.conf"), WORKDIR=w,
-                         PORT=nginx_port, BACKEND_PORT=backend_port)
-            out = os.path.join(w, "nginx-proxy.out")
-            proc = self.sup.spawn("nginx", [nginx, "-p", w, "-e", os.path.join(
-                w, "nginx-proxy.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
-            wait_ready(proc, nginx_port, EQ_PATH, "nginx proxy", out)
-            self.targets["nginx"] = Target("nginx", nginx_port, proc,
-                                           self._nginx_worker(proc, "nginx proxy"))
-        if "haproxy" in self.args.targets:
-            cfg = render("haproxy.cfg", os.path.join(w, "haproxy.cfg"), PORT=haproxy_port,
-                         BACKEND_PORT=backend_port)
-            out = os.path.join(w, "haproxy.out")
-            proc = self.sup.spawn("haproxy", [find_tool("haproxy"), "-db", "-f", cfg], out,
-                                  cpu=self.proxy_cpu)
-            wait_ready(proc, haproxy_port, EQ_PATH, "haproxy", out)
-            self.targets["haproxy"] = Target("haproxy", haproxy_port, proc, proc.pid)
-        if "fencing-proxy" in self.args.targets:
-            routes = "\n".join("  - name: f%d\n    prefix: /f%d" % (i, i)
-                               for i in range(self.args.fences))
-            cfg = render("fencing-proxy.yaml", os.path.join(w, "fencing-proxy.yaml"),
-                         PORT=fp_port, ADMIN_PORT=fp_admin, BACKEND_PORT=backend_port,
-                         STATE_DIR=self.state_dir, FENCE_ROUTES=routes)
-            out = os.path.join(w, "fencing-proxy.out")
-            proc = self.sup.spawn("fencing-proxy", [self.args.binary, "--config", cfg], out,
-                                  cpu=self.proxy_cpu)
-            wait_ready(proc, fp_admin, "/readyz", "fencing-proxy (admin /readyz)", out)
-            wait_ready(proc, fp_port, EQ_PATH, "fencing-proxy", out)
-            self.targets["fencing-proxy"] = Target("fencing-proxy", fp_port, proc, proc.pid,
-                                                   admin_port=fp_admin)
+        for name in TARGETS:
+            if name in self.args.targets:
+                self.targets[name] = self.start_target(name)
         # The equal-token fence starts at EQUAL_TOKEN: one raise, before anything is measured.
         for t in self.targets.values():
             status, body = http_put(t.port, EQ_PATH, EQUAL_TOKEN)
             if status // 100 != 2:
                 raise BenchError("%s: priming PUT %s X-Fencing-Token: %s -> HTTP %d %r"
                                  % (t.name, EQ_PATH, EQUAL_TOKEN, status, body[:300]))
+
+    def start_target(self, name):
+        """Starts one target on fresh ports (its files are overwritten on a restart)."""
+        w, backend_port = self.workdir, self.backend_port
+        port, admin_port = free_ports(2)
+        out = os.path.join(w, "%s.out" % name)
+        if name == "nginx":
+            cfg = render("nginx-proxy.conf", os.path.join(w, "nginx-proxy.conf"), WORKDIR=w,
+                         PORT=port, BACKEND_PORT=backend_port)
+            proc = self.sup.spawn(name, [find_tool("nginx"), "-p", w, "-e", os.path.join(
+                w, "nginx-proxy.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
+            wait_ready(proc, port, EQ_PATH, "nginx proxy", out)
+            return Target(name, port, proc, self._nginx_worker(proc, "nginx proxy"))
+        if name == "haproxy":
+            cfg = render("haproxy.cfg", os.path.join(w, "haproxy.cfg"), PORT=port,
+                         BACKEND_PORT=backend_port)
+            proc = self.sup.spawn(name, [find_tool("haproxy"), "-db", "-f", cfg], out,
+                                  cpu=self.proxy_cpu)
+            wait_ready(proc, port, EQ_PATH, "haproxy", out)
+            return Target(name, port, proc, proc.pid)
+        routes = "\n".join("  - name: f%d\n    prefix: /f%d" % (i, i)
+                           for i in range(self.args.fences))
+        cfg = render("fencing-proxy.yaml", os.path.join(w, "fencing-proxy.yaml"),
+                     PORT=port, ADMIN_PORT=admin_port, BACKEND_PORT=backend_port,
+                     STATE_DIR=self.state_dir, FENCE_ROUTES=routes)
+        proc = self.sup.spawn(name, [self.args.binary, "--config", cfg], out, cpu=self.proxy_cpu)
+        wait_ready(proc, admin_port, "/readyz", "fencing-proxy (admin /readyz)", out)
+        wait_ready(proc, port, EQ_PATH, "fencing-proxy", out)
+        return Target(name, port, proc, proc.pid, admin_port=admin_port)
+
+    def restart_target(self, name):
+        old = self.targets[name]
+        code = self.sup.stop(old.proc)
+        if code not in (0, -signal.SIGTERM):
+            log("warning: %s exited with %s when stopped" % (name, code))
+        self.targets[name] = self.start_target(name)
+        return self.targets[name]
 
     def _nginx_worker(self, master, what):
         deadline = time.monotonic() + PROC_TIMEOUT
@@ -742,10 +751,18 @@ class Bench:
                 res = self.count_syscalls(self.targets[name], a.strace_requests)
                 self.syscalls[name] = res
                 log("  syscalls %-13s %s" % (name, res.get("per_request", res.get("error"))))
+        # Memory a process freed stays in its heap and is handed out again: a second idle test
+        # on the same process would reuse the first one's memory and measure almost nothing.
+        # So each idle test gets a fresh process, warmed up by one second of GETs on 32
+        # connections first (pools and lazily made structures exist, as in a sidecar that has
+        # served traffic).
         for i in range(a.idle_rounds):
             for name in self.order(i):
                 self.check_alive()
-                res = self.idle_test(self.targets[name], a.idle_conns)
+                t = self.restart_target(name)
+                self.wrk_finish(self.wrk_start(t, "get.lua", 1, a.connections, 1.0, [EQ_PATH],
+                                               tag="idle-warmup"))
+                res = self.idle_test(t, a.idle_conns)
                 res["round"] = i
                 self.idle.append(res)
                 log("  idle     %-13s %d conns: %+.0f bytes/conn (RSS %d -> %d KiB)%s"

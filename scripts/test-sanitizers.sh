@@ -2,8 +2,9 @@
 # The test suite under sanitizers, as CI runs it:
 #   address  ASan+UBSan build in build-asan: the WHOLE suite, unit (ctest) and integration (the
 #            integration tests start the sanitized binary)
-#   thread   TSan build in build-tsan: the concurrency tests (fence_test, state_test with the
-#            StateWriter, integration test_order.py)
+#   thread   TSan build in build-tsan: the concurrency tests (fence_test; state_test,
+#            state_compaction_test and state_fault_test, which drive the StateWriter thread;
+#            integration test_order.py)
 # Usage: scripts/test-sanitizers.sh [address] [thread]   (default: both, in that order)
 #        CTEST_ARGS="-R Fence" scripts/test-sanitizers.sh address   (a subset of the unit tests)
 #        INTEGRATION_TESTS="test_order" scripts/test-sanitizers.sh address
@@ -112,11 +113,13 @@ for mode in "${modes[@]}"; do
     thread)
       dir=$build_root/build-tsan
       configure "$dir" thread
-      cmake --build "$dir" -j"$jobs" --target fencing-proxy fence_test state_test
+      tsan_tests=(fence_test state_test state_compaction_test state_fault_test)
+      cmake --build "$dir" -j"$jobs" --target fencing-proxy "${tsan_tests[@]}"
       built=$SECONDS
       # The gtest binaries run whole (one process each is faster than one per test case).
-      "$dir/tests/fence_test" || status=1
-      "$dir/tests/state_test" || status=1
+      for t in "${tsan_tests[@]}"; do
+        "$dir/tests/$t" || status=1
+      done
       run_integration "$dir" thread test_order || status=1
       ;;
     *)
