@@ -198,8 +198,9 @@ std::string CheckSize(std::string_view text, uint64_t* out) {
   } else {
     static constexpr std::array<std::string_view, 9> kLookalikes = {"k", "kb", "m", "mb", "g", "gb",
                                                                      "kib", "mib", "gib"};
+    const std::string_view unit_text = unit;  // clang 14 cannot capture a structured binding
     const bool lookalike = std::any_of(kLookalikes.begin(), kLookalikes.end(),
-                                       [&](std::string_view u) { return EqualsIgnoreCase(u, unit); });
+                                       [&](std::string_view u) { return EqualsIgnoreCase(u, unit_text); });
     if (lookalike) {
       return "unit '" + std::string(unit) + "' is not accepted: use KiB/MiB/GiB (1KiB = 1024 bytes)";
     }
