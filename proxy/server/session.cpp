@@ -71,7 +71,7 @@ Problem UpstreamProblem(const boost::system::error_code& ec) {
 
 // A request waiting on a pending raise. The fence resolves it from any thread; the resolution
 // is posted to the session's thread, where it wakes the waiting coroutine through the timer.
-class RaiseWait : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
+class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
  public:
   explicit RaiseWait(asio::any_io_executor executor) : timer_(std::move(executor)) {}
 
