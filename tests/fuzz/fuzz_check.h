@@ -3,7 +3,7 @@
 // libFuzzer records as a crash with the input that caused it.
 
 #include <cstdio>
-#include <cstdlib>
+#include <cstdlib>  // abort
 #include <string_view>
 
 #define FUZZ_CHECK(cond, what)                                                                   \
@@ -18,17 +18,6 @@ namespace fencing::fuzz {
 
 inline std::string_view AsView(const unsigned char* data, size_t size) {
   return std::string_view(reinterpret_cast<const char*>(data), size);
-}
-
-// Inputs that hit a bug already reported are skipped, or every run would stop on that one bug
-// and find nothing else. FP_FUZZ_KNOWN_BUGS=1 runs them anyway, to check a fix; remove a filter
-// once its bug is fixed.
-inline bool SkipKnownBugs() {
-  static const bool skip = [] {
-    const char* v = std::getenv("FP_FUZZ_KNOWN_BUGS");
-    return !(v && *v == '1');
-  }();
-  return skip;
 }
 
 }  // namespace fencing::fuzz
