@@ -115,12 +115,15 @@ asio::awaitable<void> Worker::SweepIdle() {
     const auto idle_timeout = runtime_->config().timeouts.idle;
     // A quarter of the timeout, at most a second: a connection is closed at most 25% (or 1 s)
     // after its idle timeout, and the sweep costs nothing noticeable at 10k connections.
-    timer.expires_after(std::min<std::chrono::milliseconds>(idle_timeout / 4, std::chrono::seconds(1)));
+    const auto period = std::min<std::chrono::milliseconds>(idle_timeout / 4, std::chrono::seconds(1));
+    timer.expires_after(period);
     auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     const auto now = std::chrono::steady_clock::now();
     size_t freed = 0;
-    for (Session* session : sessions_) freed += session->Sweep(now, runtime_->config().timeouts.idle);
+    // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
+    for (Session* session : sessions_) freed += session->Sweep(now, runtime_->config().timeouts.idle, period);
+    pool_->Sweep(now, period);
     // After a burst, many freed buffers sit in malloc's free lists; hand the memory back so an
     // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).
     if (freed >= kTrimAfterFreedBuffers) ::malloc_trim(0);

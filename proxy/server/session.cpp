@@ -167,15 +167,19 @@ void Session::CloseIfIdle() {
   }
 }
 
-bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout) {
+bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout, std::chrono::milliseconds cool_after) {
   if (!idle_) return false;
   if (now - idle_since_ >= idle_timeout) {
     CloseIfIdle();
     return false;
   }
-  if (buffer_.size() != 0 || buffer_.capacity() == 0) return false;
-  // Idle for a sweep period: give the read buffer back; a busy connection keeps its own.
-  buffer_.shrink_to_fit();
+  if (cooling_ || closing_ || buffer_.size() != 0 || buffer_.capacity() == 0) return false;
+  if (now - idle_since_ < cool_after) return false;
+  // Idle for a while: stop the read that holds the buffer; Run gives the buffer back and waits
+  // for readiness only.
+  cooling_ = true;
+  boost::system::error_code ec;
+  stream_.socket().cancel(ec);
   return true;
 }
 
@@ -183,12 +187,29 @@ asio::awaitable<void> Session::Run() {
   auto self = shared_from_this();
   for (;;) {
     if (buffer_.size() == 0) {
-      // Wait for the next request holding no buffer and no parser: readiness only. The idle
-      // timeout is enforced by the worker's sweep (Worker::SweepIdle), not a timer per wait.
+      // Waiting for the next request. The idle timeout is enforced by the worker's sweep
+      // (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      auto [ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kTuple);
+      boost::system::error_code ec;
+      if (buffer_.capacity() != 0) {
+        // A busy connection reads the next request straight into its buffer. After a read that
+        // emptied the socket, Asio queues this read without a syscall and epoll wakes it; a bare
+        // readiness wait would cost an epoll_ctl per request.
+        auto [read_ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+        ec = read_ec;
+        buffer_.commit(n);
+      } else {
+        // An idle connection holds no buffer and no parser: readiness only.
+        auto [wait_ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kTuple);
+        ec = wait_ec;
+      }
       idle_ = false;
+      if (ec == asio::error::operation_aborted && cooling_ && !closing_) {
+        cooling_ = false;
+        buffer_.shrink_to_fit();  // empty: unmaps it
+        continue;
+      }
       if (ec) break;
     }
     if (!co_await ServeOne()) break;

@@ -4,6 +4,7 @@
 // A connection lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
+#include "common/page_allocator.h"
 #include "server/problem.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
@@ -38,9 +39,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing() const { return closing_; }
   std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
   // Called by the worker's periodic sweep: closes the connection if it has waited longer than
-  // idle_timeout for a next request, and frees its read buffer while it waits (returns true when
-  // it freed one).
-  bool Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds idle_timeout);
+  // idle_timeout for a next request; once it has waited cool_after, makes it give back its read
+  // buffer (returns true when it asked).
+  bool Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds idle_timeout,
+             std::chrono::milliseconds cool_after);
 
  private:
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
@@ -73,11 +75,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Worker& worker_;
   boost::beast::tcp_stream stream_;
-  boost::beast::flat_buffer buffer_;
+  // Bytes read from the client and not yet parsed. Kept between requests while the connection is
+  // busy (the next request is read straight into it); given back once it idles (Sweep).
+  boost::beast::basic_flat_buffer<PageAllocator<char>> buffer_;
   std::string client_ip_;
   bool idle_ = false;      // waiting for the first byte of a request
   std::chrono::steady_clock::time_point idle_since_;
   bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
+  bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
   AccessRecord record_;
 };

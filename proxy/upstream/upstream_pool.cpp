@@ -19,10 +19,10 @@ UpstreamPool::~UpstreamPool() = default;
 asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
   if (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
-    idle_.pop_back();
     // Stop watching for the backend's close; the aborted wait completes without touching it.
-    connection->stream.socket().cancel(ec);
+    if (idle_.back().watched) connection->stream.socket().cancel(ec);
     ec = {};
+    idle_.pop_back();
     connection->reused = true;
     co_return connection;
   }
@@ -50,13 +50,17 @@ void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> connection) {
     idle_.erase(idle_.begin());
   }
   connection->stream.expires_never();
-  idle_.push_back(Idle{next_id_++, std::move(connection)});
-  WatchIdle(idle_.back());
+  idle_.push_back(Idle{next_id_++, std::move(connection), std::chrono::steady_clock::now()});
+}
+
+void UpstreamPool::Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds watch_after) {
+  for (Idle& idle : idle_) {
+    if (!idle.watched && now - idle.since >= watch_after) WatchIdle(idle);
+  }
 }
 
 void UpstreamPool::WatchIdle(Idle& idle) {
-  // An idle keep-alive connection must stay silent. If it becomes readable, the backend closed
-  // it (or sent garbage): drop it now rather than fail the next request on it.
+  idle.watched = true;
   uint64_t id = idle.id;
   idle.connection->stream.socket().async_wait(tcp::socket::wait_read, [this, id](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted) return;  // acquired, or the pool is closing

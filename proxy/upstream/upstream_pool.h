@@ -38,12 +38,22 @@ class UpstreamPool {
   // Gives back a connection whose last exchange ended cleanly and which may be kept alive.
   void Release(std::unique_ptr<UpstreamConnection> connection);
 
+  // Called by the worker's periodic sweep: connections idle for at least watch_after start
+  // watching for the backend's close (see Idle::watched).
+  void Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds watch_after);
+
   size_t idle_count() const { return idle_.size(); }
 
  private:
   struct Idle {
     uint64_t id;
     std::unique_ptr<UpstreamConnection> connection;
+    std::chrono::steady_clock::time_point since;
+    // An idle connection must stay silent; if it becomes readable, the backend closed it and it
+    // is dropped before a request can fail on it. The watch costs a syscall (an epoll_ctl), so a
+    // connection reused within a sweep period is not watched: a request that finds it closed is
+    // resent on a new connection (Session::Forward).
+    bool watched = false;
   };
   void WatchIdle(Idle& idle);
   void DropIdle(uint64_t id);
