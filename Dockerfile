@@ -21,7 +21,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake git ca-certificates pkg-config \
       libboost1.81-dev libboost-json1.81-dev \
-      libyaml-cpp-dev prometheus-cpp-dev libcli11-dev \
+      libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev \
       googletest libgtest-dev \
       python3 curl \
  && rm -rf /var/lib/apt/lists/*
@@ -50,13 +50,14 @@ ARG DEBIAN_FRONTEND=noninteractive
 #   libboost_json.so.1.81.0        libboost-json1.81.0
 #   libprometheus-cpp-core.so.1.0  libprometheus-cpp-core1.0
 #   libyaml-cpp.so.0.7             libyaml-cpp0.7
+#   libtcmalloc_minimal.so.4       libtcmalloc-minimal4
 # /var/lib/fencing-proxy is where the state file lives (a volume in production); it belongs to
 # the runtime user so a fresh volume mounted there is writable. /etc/fencing-proxy holds the
 # route file (a ConfigMap directory in Kubernetes); the image ships none on purpose: a proxy
 # started with example routes would protect the wrong paths.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libboost-json1.81.0 libprometheus-cpp-core1.0 libyaml-cpp0.7 \
+      libboost-json1.81.0 libprometheus-cpp-core1.0 libyaml-cpp0.7 libtcmalloc-minimal4 \
  && rm -rf /var/lib/apt/lists/* \
  && install -d -o 65532 -g 65532 -m 0750 /var/lib/fencing-proxy \
  && install -d -m 0755 /etc/fencing-proxy

@@ -716,7 +716,10 @@ class Bench:
                     if not chunk:
                         break
                     rest += chunk
-            time.sleep(1.0)
+            # Long enough for fencing-proxy's idle sweep (every second) to see every connection
+            # idle for a whole period, take its read buffer back, and a period later return the
+            # freed memory to the kernel; nginx and HAProxy free theirs at once.
+            time.sleep(3.5)
             vm = vm_status(t.pid)
             for s in socks:                      # still open? (a closed one reads b"" at once)
                 s.setblocking(False)

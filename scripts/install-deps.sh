@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake git ca-certificates pkg-config
   libboost1.81-dev libboost-json1.81-dev
-  libyaml-cpp-dev prometheus-cpp-dev libcli11-dev
+  libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev
   googletest libgtest-dev
   python3 curl
 )

@@ -2,6 +2,7 @@
 
 #include "admin/metrics.h"
 #include "common/log.h"
+#include "common/memory.h"
 #include "fence/fence_registry.h"
 #include "server/session.h"
 
@@ -11,7 +12,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include <malloc.h>
 #include <sys/socket.h>
 
 #include <thread>
@@ -28,6 +28,8 @@ namespace {
 constexpr size_t kMaxIdleUpstreamPerWorker = 256;
 constexpr size_t kTrimAfterFreedBuffers = 64;
 
+}  // namespace
+
 void LogCoroutineFailure(std::exception_ptr failure) {
   if (!failure) return;
   try {
@@ -36,8 +38,6 @@ void LogCoroutineFailure(std::exception_ptr failure) {
     LogError("connection ended by an unexpected error", {{"error", e.what()}});
   }
 }
-
-}  // namespace
 
 Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const ProxyConfig& config)
     : shared_(shared), ioc_(std::make_unique<asio::io_context>(1)) {
@@ -111,6 +111,7 @@ bool Worker::EvictLongestIdle() {
 
 asio::awaitable<void> Worker::SweepIdle() {
   asio::steady_timer timer(*ioc_);
+  bool trim_due = false;
   while (!shared_.draining.load(std::memory_order_relaxed)) {
     const auto idle_timeout = runtime_->config().timeouts.idle;
     // A quarter of the timeout, at most a second: a connection is closed at most 25% (or 1 s)
@@ -124,9 +125,12 @@ asio::awaitable<void> Worker::SweepIdle() {
     // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
     for (Session* session : sessions_) freed += session->Sweep(now, runtime_->config().timeouts.idle, period);
     pool_->Sweep(now, period);
-    // After a burst, many freed buffers sit in malloc's free lists; hand the memory back so an
+    // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
     // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).
-    if (freed >= kTrimAfterFreedBuffers) ::malloc_trim(0);
+    // The sessions told to cool free their coroutines only as their reads complete: trim a
+    // period later.
+    if (trim_due) ReleaseFreeMemory();
+    trim_due = freed >= kTrimAfterFreedBuffers;
   }
 }
 
@@ -154,8 +158,7 @@ asio::awaitable<void> Worker::AcceptLoop() {
         continue;
       }
     }
-    auto session = std::make_shared<Session>(*this, std::move(socket));
-    asio::co_spawn(*ioc_, session->Run(), LogCoroutineFailure);
+    std::make_shared<Session>(*this, std::move(socket))->Start();
   }
 }
 

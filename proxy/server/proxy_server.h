@@ -66,6 +66,9 @@ class RelayBuffers {
   std::vector<std::unique_ptr<char[]>> spare_;
 };
 
+// Completion handler for a worker's coroutines: logs the exception that ended one.
+void LogCoroutineFailure(std::exception_ptr failure);
+
 class Worker {
  public:
   Worker(ServerShared& shared, std::vector<boost::asio::ip::tcp::endpoint> backend,

@@ -9,6 +9,8 @@
 #include "server/proxy_server.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -124,6 +126,22 @@ class GatherWrite {
   std::array<asio::const_buffer, 5> buffers_{};
 };
 
+// Plain heap allocation for a long-lived operation (a distinct type: Asio recycles its blocks
+// for handlers whose allocator is std::allocator).
+template <typename T>
+struct ExactAllocator {
+  using value_type = T;
+  ExactAllocator() noexcept = default;
+  template <typename U>
+  ExactAllocator(const ExactAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return std::allocator<T>().allocate(n); }
+  void deallocate(T* p, size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <typename U>
+  bool operator==(const ExactAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
 // Releases a fence admission and the in-flight gauge on every way out of an exchange.
 class AdmissionGuard {
  public:
@@ -183,42 +201,71 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
   return true;
 }
 
+void Session::Start() {
+  // A new connection's request is usually on its way: start with a buffer to read it into.
+  buffer_.reserve(kFirstReadSize);
+  asio::co_spawn(stream_.get_executor(), Run(), LogCoroutineFailure);
+}
+
+void Session::WaitCold() {
+  // No coroutine, no buffer and no parser while idle: the session lives on in this wait's
+  // handler (about a kilobyte in all), and a new coroutine starts when the next request comes.
+  if (!idle_) {
+    idle_ = true;
+    idle_since_ = Clock::now();
+  }
+  auto on_readable = [self = shared_from_this()](boost::system::error_code ec) {
+    self->idle_ = false;
+    if (ec) {
+      self->Close();  // CloseIfIdle: idle timeout, eviction or shutdown
+      return;
+    }
+    // Readable: a request, or the client's close. Either way Run reads it, into a new buffer.
+    self->buffer_.reserve(kFirstReadSize);
+    asio::co_spawn(self->stream_.get_executor(), self->Run(), LogCoroutineFailure);
+  };
+  // An allocation of its own, sized for it: Asio's default would recycle a block some larger
+  // operation of this thread left behind, and keep that whole block for as long as the wait.
+  stream_.socket().async_wait(tcp::socket::wait_read, asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
+}
+
+void Session::Close() {
+  boost::system::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+}
+
 asio::awaitable<void> Session::Run() {
   auto self = shared_from_this();
   for (;;) {
     if (buffer_.size() == 0) {
-      // Waiting for the next request. The idle timeout is enforced by the worker's sweep
-      // (Worker::SweepIdle), not by a timer per wait.
+      if (buffer_.capacity() == 0) {
+        WaitCold();
+        co_return;
+      }
+      // Waiting for the next request, reading it straight into the buffer: after a read that
+      // emptied the socket, Asio queues this read without a syscall and epoll wakes it (a bare
+      // readiness wait would cost an epoll_ctl per request). The idle timeout is enforced by the
+      // worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      boost::system::error_code ec;
-      if (buffer_.capacity() != 0) {
-        // A busy connection reads the next request straight into its buffer. After a read that
-        // emptied the socket, Asio queues this read without a syscall and epoll wakes it; a bare
-        // readiness wait would cost an epoll_ctl per request.
-        auto [read_ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
-        ec = read_ec;
-        buffer_.commit(n);
-      } else {
-        // An idle connection holds no buffer and no parser: readiness only.
-        auto [wait_ec] = co_await stream_.socket().async_wait(tcp::socket::wait_read, kTuple);
-        ec = wait_ec;
-      }
-      idle_ = false;
+      auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+      buffer_.commit(n);
       if (ec == asio::error::operation_aborted && cooling_ && !closing_) {
+        // Idle for a sweep period (Sweep): give the buffer back and wait without one.
         cooling_ = false;
         buffer_.shrink_to_fit();  // empty: unmaps it
-        continue;
+        WaitCold();
+        co_return;
       }
+      idle_ = false;
       if (ec) break;
     }
     if (!co_await ServeOne()) break;
     if (worker_.shared().draining.load(std::memory_order_relaxed)) break;
   }
   if (linger_) co_await LingeringClose();
-  boost::system::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-  stream_.socket().close(ec);
+  Close();
 }
 
 asio::awaitable<bool> Session::ServeOne() {

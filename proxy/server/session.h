@@ -30,8 +30,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(Worker& worker, boost::asio::ip::tcp::socket socket);
   ~Session();
 
-  // Serves requests until the connection closes. Spawn it with the session held by a shared_ptr.
-  boost::asio::awaitable<void> Run();
+  // Serves requests until the connection closes. Call it on a session held by a shared_ptr.
+  void Start();
 
   // Shutdown and eviction: closes the connection if it is waiting for a next request.
   void CloseIfIdle();
@@ -47,6 +47,11 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
 
+  // Serves requests while they keep coming; when the connection idles, hands over to WaitCold.
+  boost::asio::awaitable<void> Run();
+  // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
+  void WaitCold();
+  void Close();
   boost::asio::awaitable<bool> ServeOne();  // true: keep the connection for another request
   // Reads and checks the request head into parser. Returns a problem to answer with when the head
   // is refused; nullopt with no head parsed when the client went away or stalled.

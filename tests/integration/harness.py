@@ -663,6 +663,12 @@ class Proxy:
             raise HarnessError("GET /metrics answered %d: %r" % (status, body[:200]))
         return parse_prometheus(body.decode("utf-8"))
 
+    def cpu_seconds(self):
+        """User + system CPU time the proxy process has used so far."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def raw(self, request_bytes, timeout=IO_TIMEOUT):
         """Raw bytes to the proxy listener on a new connection -> one final response."""
         return raw_exchange(self.port, request_bytes, timeout)

@@ -379,6 +379,32 @@ class HostileTest(ProxyTestCase):
         self.assertIsNotNone(elapsed, "a silent connection must be closed (idle: 1s)")
         self.assertLess(elapsed, 2.0, "idle is 1s: closed after %.2fs" % elapsed)
 
+    def test_idle_connections_give_back_their_buffer_and_still_serve_and_close(self):
+        # idle 4s: the sweep runs every second, so a connection idle for a second gives its read
+        # buffer back and waits without one; then a request, or the client's close, wakes it.
+        proxy = self.start(threads=1, timeouts={"idle": "4s", "header_read": "5s"})
+        socks = [connect(proxy.port) for _ in range(3)]
+        try:
+            for i, sock in enumerate(socks):
+                status, _, _, _ = exchange(sock, head([b"Host: t"], b"GET /orders/c%d HTTP/1.1" % i))
+                self.assertEqual(status, 404)
+            socks.pop().close()  # closed while the connection is still busy-idle
+            time.sleep(2.5)      # the other two are idle past a sweep period: without a buffer now
+            status, _, _, _ = exchange(socks[0], head([b"Host: t"], b"GET /orders/again HTTP/1.1"))
+            self.assertEqual(status, 404, "a connection woken from the buffer-less wait is served")
+            socks.pop().close()  # closed while waiting without a buffer
+            deadline = time.monotonic() + 3.0
+            while metric(proxy.metrics(), "fencing_proxy_connections") != 1:
+                self.assertLess(time.monotonic(), deadline, "the closed connections are released")
+                time.sleep(0.05)
+            # Released, not spinning on the closed socket: the proxy is idle.
+            cpu = proxy.cpu_seconds()
+            time.sleep(1.0)
+            self.assertLess(proxy.cpu_seconds() - cpu, 0.2, "an idle proxy uses no CPU")
+        finally:
+            for sock in socks:
+                sock.close()
+
     def test_max_connections(self):
         # One worker, so "the longest-idle connection" is well defined for the test.
         proxy = self.start(threads=1, limits={"max_connections": 5})
