@@ -19,7 +19,7 @@ std::string_view TrimOws(std::string_view s) {
 
 }  // namespace
 
-FramingCheck CheckRequestFraming(const http::request_header<>& header) {
+FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFieldCounts* counts) {
   size_t content_lengths = 0;
   size_t transfer_encodings = 0;
   std::string_view content_length;
@@ -35,6 +35,10 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header) {
     } else if (field.name() == http::field::transfer_encoding) {
       ++transfer_encodings;
       transfer_encoding = value;
+    } else if (counts && field.name() == http::field::host) {
+      ++counts->hosts;
+    } else if (counts && field.name() == http::field::upgrade) {
+      ++counts->upgrades;
     }
   }
   if (content_lengths > 1) return Refuse("more than one Content-Length header");

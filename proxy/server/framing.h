@@ -12,6 +12,13 @@ struct FramingCheck {
   const char* reason = "";
 };
 
-FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header);
+// Counts of other fields the request plan checks, gathered on the same pass over the fields
+// (asking Beast's fields for each one is a case-insensitive tree search).
+struct OtherFieldCounts {
+  size_t hosts = 0;
+  size_t upgrades = 0;
+};
+
+FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header, OtherFieldCounts* counts = nullptr);
 
 }  // namespace fencing

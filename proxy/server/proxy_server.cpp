@@ -42,7 +42,7 @@ void LogCoroutineFailure(std::exception_ptr failure) {
 Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const ProxyConfig& config)
     : shared_(shared), ioc_(std::make_unique<asio::io_context>(1)) {
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
-  acceptor_.emplace(*ioc_);
+  acceptor_.emplace(ioc_->get_executor());
 }
 
 Worker::~Worker() {
@@ -74,8 +74,8 @@ Status Worker::Listen(const tcp::endpoint& endpoint) {
 
 void Worker::Start(std::shared_ptr<const Runtime> runtime) {
   runtime_ = std::move(runtime);
-  asio::co_spawn(*ioc_, AcceptLoop(), LogCoroutineFailure);
-  asio::co_spawn(*ioc_, SweepIdle(), LogCoroutineFailure);
+  asio::co_spawn(ioc_->get_executor(), AcceptLoop(), LogCoroutineFailure);
+  asio::co_spawn(ioc_->get_executor(), SweepIdle(), LogCoroutineFailure);
   thread_ = std::thread([this] { ioc_->run(); });
 }
 
@@ -109,8 +109,8 @@ bool Worker::EvictLongestIdle() {
   return true;
 }
 
-asio::awaitable<void> Worker::SweepIdle() {
-  asio::steady_timer timer(*ioc_);
+io::Awaitable<void> Worker::SweepIdle() {
+  io::Timer timer(ioc_->get_executor());
   bool trim_due = false;
   while (!shared_.draining.load(std::memory_order_relaxed)) {
     const auto idle_timeout = runtime_->config().timeouts.idle;
@@ -118,7 +118,7 @@ asio::awaitable<void> Worker::SweepIdle() {
     // after its idle timeout, and the sweep costs nothing noticeable at 10k connections.
     const auto period = std::min<std::chrono::milliseconds>(idle_timeout / 4, std::chrono::seconds(1));
     timer.expires_after(period);
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await timer.async_wait(io::kTuple);
     if (ec) co_return;
     const auto now = std::chrono::steady_clock::now();
     size_t freed = 0;
@@ -134,15 +134,15 @@ asio::awaitable<void> Worker::SweepIdle() {
   }
 }
 
-asio::awaitable<void> Worker::AcceptLoop() {
+io::Awaitable<void> Worker::AcceptLoop() {
   for (;;) {
-    auto [ec, socket] = co_await acceptor_->async_accept(asio::as_tuple(asio::use_awaitable));
+    auto [ec, socket] = co_await acceptor_->async_accept(io::kTuple);
     if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
     if (ec) {
       // Out of file descriptors and the like: back off briefly instead of spinning.
       LogWarn("accept failed", {{"error", ec.message()}});
-      asio::steady_timer pause(*ioc_, std::chrono::milliseconds(50));
-      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      io::Timer pause(ioc_->get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(io::kTuple);
       continue;
     }
     if (shared_.connections.fetch_add(1, std::memory_order_relaxed) >= shared_.max_connections) {

@@ -93,11 +93,11 @@ class Worker {
   void Unregister(Session* session) { sessions_.erase(session); }
 
  private:
-  boost::asio::awaitable<void> AcceptLoop();
+  io::Awaitable<void> AcceptLoop();
   // At max_connections: closes this worker's longest-idle connection. False if none is idle.
   bool EvictLongestIdle();
   // Closes connections idle past timeouts.idle, and frees idle ones' buffers, once per period.
-  boost::asio::awaitable<void> SweepIdle();
+  io::Awaitable<void> SweepIdle();
 
   ServerShared& shared_;
   std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
@@ -105,7 +105,7 @@ class Worker {
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
-  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::optional<io::Acceptor> acceptor_;
   std::thread thread_;
 };
 

@@ -58,14 +58,15 @@ std::string WithoutPathParameters(std::string_view path) {
 RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runtime) {
   const ProxyConfig& config = runtime.config();
 
-  if (FramingCheck framing = CheckRequestFraming(head); !framing.ok) {
+  OtherFieldCounts counts;
+  if (FramingCheck framing = CheckRequestFraming(head, &counts); !framing.ok) {
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(http::status::bad_request, "ambiguous-framing", "Ambiguous request framing",
                               std::string("the request is refused because it has ") + framing.reason),
                   true);
   }
   // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
-  if (size_t hosts = head.count(http::field::host); hosts > 1 || (hosts == 0 && head.version() >= 11)) {
+  if (size_t hosts = counts.hosts; hosts > 1 || (hosts == 0 && head.version() >= 11)) {
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(http::status::bad_request, "bad-host", "Bad Host header",
                               hosts ? "the request has more than one Host header"
@@ -79,7 +80,7 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               "CONNECT is not proxied"),
                   true);
   }
-  if (head.count(http::field::upgrade) > 0) {
+  if (counts.upgrades > 0) {
     // A switched protocol would carry writes the fence never sees.
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(http::status::bad_request, "upgrade-refused", "Protocol upgrade refused",

@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+using io::kTuple;
 
 // Relay buffer, held only while a request is being forwarded (idle connections hold none).
 constexpr size_t kRelayBufferSize = RelayBuffers::kSize;
@@ -75,7 +75,7 @@ Problem UpstreamProblem(const boost::system::error_code& ec) {
 // is posted to the session's thread, where it wakes the waiting coroutine through the timer.
 class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
  public:
-  explicit RaiseWait(asio::any_io_executor executor) : timer_(std::move(executor)) {}
+  explicit RaiseWait(io::Executor executor) : timer_(std::move(executor)) {}
 
   void Resolve(Admission admission, uint64_t max_token) override {
     asio::post(timer_.get_executor(), [self = shared_from_this(), admission, max_token] {
@@ -86,13 +86,13 @@ class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<
     });
   }
 
-  asio::steady_timer& timer() { return timer_; }
+  io::Timer& timer() { return timer_; }
   bool resolved() const { return resolved_; }
   Admission admission() const { return admission_; }
   uint64_t max_token() const { return max_token_; }
 
  private:
-  asio::steady_timer timer_;
+  io::Timer timer_;
   bool resolved_ = false;
   Admission admission_ = Admission::kFailed;
   uint64_t max_token_ = 0;
@@ -162,7 +162,7 @@ class AdmissionGuard {
 
 }  // namespace
 
-Session::Session(Worker& worker, tcp::socket socket) : worker_(worker), stream_(std::move(socket)) {
+Session::Session(Worker& worker, io::Socket socket) : worker_(worker), stream_(std::move(socket)) {
   boost::system::error_code ec;
   auto remote = stream_.socket().remote_endpoint(ec);
   client_ip_ = ec ? "unknown" : remote.address().to_string();
@@ -235,7 +235,7 @@ void Session::Close() {
   stream_.socket().close(ec);
 }
 
-asio::awaitable<void> Session::Run() {
+io::Awaitable<void> Session::Run() {
   auto self = shared_from_this();
   for (;;) {
     if (buffer_.size() == 0) {
@@ -268,7 +268,7 @@ asio::awaitable<void> Session::Run() {
   Close();
 }
 
-asio::awaitable<bool> Session::ServeOne() {
+io::Awaitable<bool> Session::ServeOne() {
   // One config snapshot for the whole request, even if a reload lands meanwhile.
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();
@@ -336,7 +336,7 @@ void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) co
   Log(LogLevel::kInfo, "access", std::move(line));
 }
 
-asio::awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
+io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
   // The head is collected raw and checked byte by byte before the parser sees it (raw_head.h).
   const size_t limit = config.limits.max_header_bytes;
   stream_.expires_after(config.timeouts.header_read);
@@ -374,7 +374,7 @@ asio::awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& con
   co_return std::nullopt;
 }
 
-asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
+io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
                                                  uint64_t* max_token, std::chrono::milliseconds deadline) {
   auto wait = std::make_shared<RaiseWait>(stream_.get_executor());
   AdmitResult result = fence.Admit(token, *wait, max_jump);
@@ -396,14 +396,15 @@ asio::awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, u
   co_return wait->admission();
 }
 
-asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& parser, std::string_view origin_target,
+io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& parser, std::string_view origin_target,
                                        std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics) {
   const ProxyConfig& config = runtime.config();
   auto& req = parser.get();
   const auto started = Clock::now();
   const auto deadline = started + config.timeouts.request;
   const bool head_request = req.method() == http::verb::head;
-  bool client_keep_alive = req.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
+  // The parser's flags, not the message's accessors: those search the fields again.
+  bool client_keep_alive = parser.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
 
   // The whole exchange is bounded by timeouts.request: an admitted write must end (or be cut
   // off) in bounded time, or a raise waiting for it would wait forever.
@@ -418,14 +419,14 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
   const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, client_ip_,
                                                         worker_.shared().backend_host, drop_header);
-  const bool chunked_request = !req.has_content_length() && req.chunked();
+  const bool chunked_request = !parser.content_length() && parser.chunked();
 
   RelayBuffers::Lease relay_buffer = worker_.relay_buffers().Take();
   char* buf = relay_buffer.data();
   boost::system::error_code ec;
   std::unique_ptr<UpstreamConnection> upstream = co_await worker_.pool().Acquire(ec);
 
-  auto fail = [&](const boost::system::error_code& error) -> asio::awaitable<bool> {
+  auto fail = [&](const boost::system::error_code& error) -> io::Awaitable<bool> {
     metrics.Count(Outcome::kUpstreamError);
     Problem p = UpstreamProblem(error);
     co_return co_await Reject(parser, p, !parser.is_done());
@@ -523,12 +524,13 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
   record_.upstream_status = status;
   record_.status = status;
   const bool no_body = ResponseHasNoBody(status, head_request);
-  const bool upstream_keep_alive = upstream_res.keep_alive();
+  // false for a body delimited by the backend's close, too: such a connection cannot be reused.
+  const bool upstream_keep_alive = response_parser->keep_alive();
 
   // Framing for the client: the backend's Content-Length when it sent one; otherwise chunked to
   // an HTTP/1.1 client and close-delimited to an HTTP/1.0 one.
   BodyFraming framing = BodyFraming::kNone;
-  if (upstream_res.has_content_length()) {
+  if (response_parser->content_length()) {
     framing = BodyFraming::kLength;
   } else if (!no_body) {
     framing = req.version() >= 11 ? BodyFraming::kChunked : BodyFraming::kClose;
@@ -569,12 +571,12 @@ asio::awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pa
   co_return client_keep_alive;
 }
 
-asio::awaitable<bool> Session::Reject(RequestParser& parser, const Problem& problem, bool force_close) {
+io::Awaitable<bool> Session::Reject(RequestParser& parser, const Problem& problem, bool force_close) {
   const auto& req = parser.get();
   // Decide on the head: the body of a rejected request is never forwarded, and read only when it
   // is small and already on its way (no 100-continue was asked for).
   bool body_pending = !parser.is_done();
-  bool keep_alive = req.keep_alive() && !force_close && !worker_.shared().draining.load(std::memory_order_relaxed);
+  bool keep_alive = parser.keep_alive() && !force_close && !worker_.shared().draining.load(std::memory_order_relaxed);
   bool discard = false;
   if (body_pending && keep_alive) {
     auto length = parser.content_length();
@@ -589,14 +591,14 @@ asio::awaitable<bool> Session::Reject(RequestParser& parser, const Problem& prob
   co_return keep_alive;
 }
 
-asio::awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
+io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
   record_.status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
   auto [ec, n] = co_await http::async_write(stream_, response, kTuple);
   co_return !ec && keep_alive;
 }
 
-asio::awaitable<bool> Session::DiscardBody(RequestParser& parser) {
+io::Awaitable<bool> Session::DiscardBody(RequestParser& parser) {
   char scratch[1024];
   stream_.expires_after(worker_.runtime()->config().timeouts.header_read);
   while (!parser.is_done()) {
@@ -609,7 +611,7 @@ asio::awaitable<bool> Session::DiscardBody(RequestParser& parser) {
   co_return true;
 }
 
-asio::awaitable<void> Session::LingeringClose() {
+io::Awaitable<void> Session::LingeringClose() {
   // Closing a socket with unread input makes the kernel send RST, which can destroy the response
   // still in flight to the client. Half-close, then drain briefly (as nginx's lingering_close).
   boost::system::error_code ec;

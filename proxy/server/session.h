@@ -4,6 +4,7 @@
 // A connection lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
+#include "common/io.h"
 #include "common/page_allocator.h"
 #include "server/problem.h"
 #include "server/request_plan.h"
@@ -12,7 +13,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
@@ -27,7 +27,7 @@ class Worker;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Worker& worker, boost::asio::ip::tcp::socket socket);
+  Session(Worker& worker, io::Socket socket);
   ~Session();
 
   // Serves requests until the connection closes. Call it on a session held by a shared_ptr.
@@ -48,25 +48,25 @@ class Session : public std::enable_shared_from_this<Session> {
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
 
   // Serves requests while they keep coming; when the connection idles, hands over to WaitCold.
-  boost::asio::awaitable<void> Run();
+  io::Awaitable<void> Run();
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
   void WaitCold();
   void Close();
-  boost::asio::awaitable<bool> ServeOne();  // true: keep the connection for another request
+  io::Awaitable<bool> ServeOne();  // true: keep the connection for another request
   // Reads and checks the request head into parser. Returns a problem to answer with when the head
   // is refused; nullopt with no head parsed when the client went away or stalled.
-  boost::asio::awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
-  boost::asio::awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
+  io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
+  io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
                                                  uint64_t* max_token, std::chrono::milliseconds deadline);
-  boost::asio::awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
+  io::Awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
                                        std::string_view drop_header, Outcome outcome,
                                        const RouteMetrics& metrics);
   // Answers with a problem; reads and drops a small unread body to keep the connection, else
   // closes it. Returns whether the connection may serve another request.
-  boost::asio::awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);
-  boost::asio::awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
-  boost::asio::awaitable<bool> DiscardBody(RequestParser& parser);
-  boost::asio::awaitable<void> LingeringClose();
+  io::Awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);
+  io::Awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
+  io::Awaitable<bool> DiscardBody(RequestParser& parser);
+  io::Awaitable<void> LingeringClose();
 
   // What the access log says about the request being served.
   struct AccessRecord {
@@ -79,7 +79,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void LogAccess(const RequestParser* parser, const RequestPlan* plan) const;
 
   Worker& worker_;
-  boost::beast::tcp_stream stream_;
+  io::Stream stream_;
   // Bytes read from the client and not yet parsed. Kept between requests while the connection is
   // busy (the next request is read straight into it); given back once it idles (Sweep).
   boost::beast::basic_flat_buffer<PageAllocator<char>> buffer_;

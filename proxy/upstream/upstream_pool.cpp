@@ -16,7 +16,7 @@ UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> end
 
 UpstreamPool::~UpstreamPool() = default;
 
-asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
+io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
   if (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
     // Stop watching for the backend's close; the aborted wait completes without touching it.
@@ -29,11 +29,11 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost
   co_return co_await Connect(ec);
 }
 
-asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {
+io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {
   auto connection = std::make_unique<UpstreamConnection>(ioc_);
   connection->stream.expires_after(connect_timeout_);
   auto [connect_ec, endpoint] =
-      co_await connection->stream.async_connect(endpoints_, asio::as_tuple(asio::use_awaitable));
+      co_await connection->stream.async_connect(endpoints_, io::kTuple);
   if (connect_ec) {
     ec = connect_ec;
     co_return nullptr;

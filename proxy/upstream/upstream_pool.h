@@ -6,7 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include "common/io.h"
 
 #include <chrono>
 #include <cstdint>
@@ -16,8 +16,8 @@
 namespace fencing {
 
 struct UpstreamConnection {
-  explicit UpstreamConnection(boost::asio::io_context& ioc) : stream(ioc) {}
-  boost::beast::tcp_stream stream;
+  explicit UpstreamConnection(boost::asio::io_context& ioc) : stream(ioc.get_executor()) {}
+  io::Stream stream;
   boost::beast::flat_buffer buffer;
   bool reused = false;  // came from the pool: the backend may have closed it meanwhile
 };
@@ -30,10 +30,10 @@ class UpstreamPool {
 
   // An idle pooled connection, or a new one (connect bounded by connect_timeout). On failure,
   // returns null and sets ec.
-  boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec);
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec);
 
   // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
-  boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
 
   // Gives back a connection whose last exchange ended cleanly and which may be kept alive.
   void Release(std::unique_ptr<UpstreamConnection> connection);
