@@ -18,6 +18,14 @@ Fence::Fence(std::string name, uint64_t max_token, FencePersister& persister,
 }
 
 AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump) {
+  return AdmitOrProbe(token, &waiter, max_jump);
+}
+
+AdmitResult Fence::AdmitWithoutWaiting(uint64_t token, uint64_t max_jump) {
+  return AdmitOrProbe(token, nullptr, max_jump);
+}
+
+AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump) {
   std::vector<Wakeup> wakeups;
   uint64_t to_persist = 0;
   AdmitResult result;
@@ -35,13 +43,14 @@ AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump)
     if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
       return {Admission::kTooFar, effective_max};
     }
+    if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
     if (token > effective_max) {
       // A newer holder: whoever waited for the older raise has lost the lock too.
       RejectWaiters(Admission::kStale, token, wakeups);
       if (pending_ == 0) pending_since_ = clock_();
       pending_ = token;
     }
-    waiters_.push_back(&waiter);
+    waiters_.push_back(waiter);
     result = {Admission::kWaiting, pending_};
     to_persist = TakeRaiseToPersist();
   }

@@ -77,6 +77,9 @@ class Fence {
 
   // max_jump: refuse (kTooFar) a raise more than this above the current max; 0 = no limit.
   AdmitResult Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump = 0);
+  // Admit for every case that needs no waiting (equal token, stale, failed, too far), with no
+  // waiter to set up. kWaiting means it would wait and nothing has changed: call Admit.
+  AdmitResult AdmitWithoutWaiting(uint64_t token, uint64_t max_jump = 0);
   void Release();                             // one admitted write has completed or was aborted
   void OnPersisted(uint64_t token, bool ok);  // from the persister
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now
@@ -91,6 +94,8 @@ class Fence {
     Admission admission;
     uint64_t max_token;
   };
+  // Admit, or with no waiter only the decisions that need none.
+  AdmitResult AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump);
   // Both called with mu_ held; return what to do once it is released.
   uint64_t TakeRaiseToPersist();
   void RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups);

@@ -40,7 +40,10 @@ void LogCoroutineFailure(std::exception_ptr failure) {
 }
 
 Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const ProxyConfig& config)
-    : shared_(shared), ioc_(std::make_unique<asio::io_context>(1)) {
+    : shared_(shared),
+      // One thread runs it, and every socket and timer of the worker is touched on that thread
+      // only (other threads only post to it): no lock per I/O operation.
+      ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
   acceptor_.emplace(ioc_->get_executor());
 }

@@ -376,8 +376,13 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
 
 io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
                                                  uint64_t* max_token, std::chrono::milliseconds deadline) {
+  // Most requests carry the current max and need no waiter (a timer and an allocation).
+  AdmitResult result = fence.AdmitWithoutWaiting(token, max_jump);
+  *max_token = result.max_token;
+  if (result.admission != Admission::kWaiting) co_return result.admission;
+
   auto wait = std::make_shared<RaiseWait>(stream_.get_executor());
-  AdmitResult result = fence.Admit(token, *wait, max_jump);
+  result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
 

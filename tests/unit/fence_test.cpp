@@ -158,6 +158,28 @@ TEST_F(FenceTest, StaleTokenIsRejectedWithTheMax) {
   EXPECT_EQ(s.waiting, 0u);
 }
 
+TEST_F(FenceTest, AdmitWithoutWaitingDecidesWhatNeedsNoWaitAndChangesNothingElse) {
+  EXPECT_TRUE(Is(Admission::kAdmitted, 5, fence_->AdmitWithoutWaiting(5)));
+  EXPECT_EQ(fence_->Snapshot().inflight, 1u) << "an admission it must Release";
+  fence_->Release();
+  EXPECT_TRUE(Is(Admission::kStale, 5, fence_->AdmitWithoutWaiting(4)));
+  EXPECT_TRUE(Is(Admission::kTooFar, 5, fence_->AdmitWithoutWaiting(100, 10)));
+  // A raise would wait: reported, and nothing started (no pending raise, no disk I/O).
+  EXPECT_TRUE(Is(Admission::kWaiting, 5, fence_->AdmitWithoutWaiting(7)));
+  FenceSnapshot s = fence_->Snapshot();
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.waiting, 0u);
+  EXPECT_EQ(s.inflight, 0u);
+  EXPECT_TRUE(persister_.calls.empty());
+  // While a raise is pending, even the old max waits (and stays unadmitted).
+  EXPECT_TRUE(Is(Admission::kWaiting, 7, fence_->Admit(7, w1_)));
+  EXPECT_TRUE(Is(Admission::kStale, 7, fence_->AdmitWithoutWaiting(5)));
+  EXPECT_TRUE(Is(Admission::kWaiting, 7, fence_->AdmitWithoutWaiting(7)));
+  EXPECT_EQ(fence_->Snapshot().waiting, 1u);
+  state_failed_ = true;
+  EXPECT_EQ(fence_->AdmitWithoutWaiting(7).admission, Admission::kFailed);
+}
+
 TEST_F(FenceTest, FreshFenceAdmitsTokenZero) {
   auto fence = MakeFence(0);
   EXPECT_TRUE(Is(Admission::kAdmitted, 0, fence->Admit(0, w1_)));
