@@ -14,6 +14,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <thread>
 
 namespace fencing {
@@ -115,18 +116,21 @@ bool Worker::EvictLongestIdle() {
 io::Awaitable<void> Worker::SweepIdle() {
   io::Timer timer(ioc_->get_executor());
   bool trim_due = false;
-  while (!shared_.draining.load(std::memory_order_relaxed)) {
-    const auto idle_timeout = runtime_->config().timeouts.idle;
-    // A quarter of the timeout, at most a second: a connection is closed at most 25% (or 1 s)
-    // after its idle timeout, and the sweep costs nothing noticeable at 10k connections.
-    const auto period = std::min<std::chrono::milliseconds>(idle_timeout / 4, std::chrono::seconds(1));
+  // Runs while draining too: in-flight requests are still bounded by their deadlines.
+  for (;;) {
+    const Timeouts timeouts = runtime_->config().timeouts;  // a copy: a reload may swap runtime_
+    // A quarter of the shortest timeout it enforces, at most a second: a timeout fires at most
+    // 25% (or 1 s) late, and the sweep costs nothing noticeable at 10k connections.
+    const auto shortest = std::min({timeouts.idle, timeouts.header_read, timeouts.request});
+    const auto period = std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
+                                                              std::chrono::seconds(1));
     timer.expires_after(period);
     auto [ec] = co_await timer.async_wait(io::kTuple);
     if (ec) co_return;
     const auto now = std::chrono::steady_clock::now();
     size_t freed = 0;
     // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
-    for (Session* session : sessions_) freed += session->Sweep(now, runtime_->config().timeouts.idle, period);
+    for (Session* session : sessions_) freed += session->Sweep(now, timeouts.idle, period);
     pool_->Sweep(now, period);
     // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
     // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).

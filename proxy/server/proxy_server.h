@@ -96,7 +96,8 @@ class Worker {
   io::Awaitable<void> AcceptLoop();
   // At max_connections: closes this worker's longest-idle connection. False if none is idle.
   bool EvictLongestIdle();
-  // Closes connections idle past timeouts.idle, and frees idle ones' buffers, once per period.
+  // Once per period: closes connections idle past timeouts.idle, takes back the read buffers of
+  // idle ones, and enforces busy ones' deadlines (header_read, request).
   io::Awaitable<void> SweepIdle();
 
   ServerShared& shared_;

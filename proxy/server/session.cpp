@@ -53,11 +53,11 @@ bool ResponseHasNoBody(unsigned status, bool head_request) {
   return head_request || status / 100 == 1 || status == 204 || status == 304;
 }
 
-bool IsTimeout(const boost::system::error_code& ec) { return ec == beast::error::timeout; }
-
-Problem UpstreamProblem(const boost::system::error_code& ec) {
+// timed_out: the session's deadline passed (Session::Sweep cancelled the exchange), or the
+// connect attempt ran out of timeouts.connect.
+Problem UpstreamProblem(const boost::system::error_code& ec, bool timed_out) {
   Problem p;
-  if (IsTimeout(ec)) {
+  if (timed_out || ec == asio::error::timed_out) {
     p.status = http::status::gateway_timeout;
     p.type = "upstream-timeout";
     p.title = "Backend too slow";
@@ -162,11 +162,11 @@ class AdmissionGuard {
 
 }  // namespace
 
-Session::Session(Worker& worker, io::Socket socket) : worker_(worker), stream_(std::move(socket)) {
+Session::Session(Worker& worker, io::Socket socket) : worker_(worker), socket_(std::move(socket)) {
   boost::system::error_code ec;
-  auto remote = stream_.socket().remote_endpoint(ec);
+  auto remote = socket_.remote_endpoint(ec);
   client_ip_ = ec ? "unknown" : remote.address().to_string();
-  stream_.socket().set_option(tcp::no_delay(true), ec);
+  socket_.set_option(tcp::no_delay(true), ec);
   worker_.Register(this);
   worker_.shared().metrics.connections().Increment();
 }
@@ -181,12 +181,26 @@ void Session::CloseIfIdle() {
   if (idle_ && !closing_) {
     closing_ = true;
     boost::system::error_code ec;
-    stream_.socket().cancel(ec);
+    socket_.cancel(ec);
   }
 }
 
+void Session::SetDeadline(Clock::time_point deadline) {
+  deadline_ = deadline;
+  timed_out_ = false;
+}
+
 bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout, std::chrono::milliseconds cool_after) {
-  if (!idle_) return false;
+  if (!idle_) {
+    if (now >= deadline_ && !timed_out_) {
+      // Past the deadline: whatever the session awaits on either socket fails now.
+      timed_out_ = true;
+      boost::system::error_code ec;
+      socket_.cancel(ec);
+      if (upstream_in_use_) upstream_in_use_->socket.cancel(ec);
+    }
+    return false;
+  }
   if (now - idle_since_ >= idle_timeout) {
     CloseIfIdle();
     return false;
@@ -197,14 +211,14 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
   // for readiness only.
   cooling_ = true;
   boost::system::error_code ec;
-  stream_.socket().cancel(ec);
+  socket_.cancel(ec);
   return true;
 }
 
 void Session::Start() {
   // A new connection's request is usually on its way: start with a buffer to read it into.
   buffer_.reserve(kFirstReadSize);
-  asio::co_spawn(stream_.get_executor(), Run(), LogCoroutineFailure);
+  asio::co_spawn(socket_.get_executor(), Run(), LogCoroutineFailure);
 }
 
 void Session::WaitCold() {
@@ -222,17 +236,17 @@ void Session::WaitCold() {
     }
     // Readable: a request, or the client's close. Either way Run reads it, into a new buffer.
     self->buffer_.reserve(kFirstReadSize);
-    asio::co_spawn(self->stream_.get_executor(), self->Run(), LogCoroutineFailure);
+    asio::co_spawn(self->socket_.get_executor(), self->Run(), LogCoroutineFailure);
   };
   // An allocation of its own, sized for it: Asio's default would recycle a block some larger
   // operation of this thread left behind, and keep that whole block for as long as the wait.
-  stream_.socket().async_wait(tcp::socket::wait_read, asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
+  socket_.async_wait(tcp::socket::wait_read, asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
 }
 
 void Session::Close() {
   boost::system::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-  stream_.socket().close(ec);
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
 }
 
 io::Awaitable<void> Session::Run() {
@@ -249,7 +263,7 @@ io::Awaitable<void> Session::Run() {
       // worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+      auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
       buffer_.commit(n);
       if (ec == asio::error::operation_aborted && cooling_ && !closing_) {
         // Idle for a sweep period (Sweep): give the buffer back and wait without one.
@@ -287,6 +301,7 @@ io::Awaitable<bool> Session::ServeOne() {
     }
     co_return false;
   }
+  ClearDeadline();  // header_read is over; a raise wait has its own timer
   auto& req = parser.get();
 
   RequestPlan plan = PlanRequest(req.base(), *runtime);
@@ -307,7 +322,9 @@ io::Awaitable<bool> Session::ServeOne() {
     std::optional<AdmissionGuard> admission;
     if (plan.route) admission.emplace(admitted, metrics);
     keep_alive = co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
+    upstream_in_use_ = nullptr;
   }
+  ClearDeadline();
   if (config.access_log) LogAccess(&parser, &plan);
   co_return keep_alive;
 }
@@ -339,14 +356,14 @@ void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) co
 io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
   // The head is collected raw and checked byte by byte before the parser sees it (raw_head.h).
   const size_t limit = config.limits.max_header_bytes;
-  stream_.expires_after(config.timeouts.header_read);
+  SetDeadline(Clock::now() + config.timeouts.header_read);
   size_t scanned = 0;
   size_t head_length = 0;
   for (;;) {
     std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
     head_length = FindHeadEnd(bytes, &scanned);
     if (head_length != 0 || buffer_.size() > limit) break;
-    auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(std::min(kFirstReadSize, limit + 1 - buffer_.size())), kTuple);
+    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(std::min(kFirstReadSize, limit + 1 - buffer_.size())), kTuple);
     if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
     buffer_.commit(n);
   }
@@ -381,7 +398,7 @@ io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uin
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
 
-  auto wait = std::make_shared<RaiseWait>(stream_.get_executor());
+  auto wait = std::make_shared<RaiseWait>(socket_.get_executor());
   result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
@@ -413,11 +430,11 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
 
   // The whole exchange is bounded by timeouts.request: an admitted write must end (or be cut
   // off) in bounded time, or a raise waiting for it would wait forever.
-  stream_.expires_at(deadline);
+  SetDeadline(deadline);
 
   if (!parser.is_done() && ExpectsContinue(req)) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    auto [ec, n] = co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
     if (ec) co_return false;
   }
 
@@ -433,11 +450,11 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
 
   auto fail = [&](const boost::system::error_code& error) -> io::Awaitable<bool> {
     metrics.Count(Outcome::kUpstreamError);
-    Problem p = UpstreamProblem(error);
+    Problem p = UpstreamProblem(error, timed_out_);
     co_return co_await Reject(parser, p, !parser.is_done());
   };
   if (!upstream) co_return co_await fail(ec);
-  upstream->stream.expires_at(deadline);
+  upstream_in_use_ = upstream.get();
 
   // Request: head and body, streamed. The first write carries the head with the first body
   // bytes (one writev); a reused connection that turns out dead on that write is replaced once.
@@ -449,7 +466,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     if (!parser.is_done()) {
       req.body().data = buf;
       req.body().size = kRelayBufferSize;
-      auto [rec, rn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+      auto [rec, rn] = co_await http::async_read(socket_, buffer_, parser, kTuple);
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
         // The body broke off or broke the rules (a bad chunk, too long): the backend has a
@@ -459,7 +476,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
           co_await WriteProblem(MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
                                             "the request body exceeds limits.max_body_bytes"),
                                 req.version(), false);
-        } else if (rec != http::error::end_of_stream && !IsTimeout(rec) && rec != asio::error::eof &&
+        } else if (rec != http::error::end_of_stream && !timed_out_ && rec != asio::error::eof &&
                    rec != asio::error::connection_reset) {
           co_await WriteProblem(MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
                                             "the request body could not be read: " + rec.message()),
@@ -477,12 +494,12 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
       single_write = false;
     }
     GatherWrite piece(first_write ? upstream_head : std::string_view{}, buf, n, chunked_request, last);
-    auto [wec, wn] = co_await asio::async_write(upstream->stream, piece.buffers(), kTuple);
+    auto [wec, wn] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
     if (wec && first_write && upstream->reused) {
       upstream = co_await worker_.pool().Connect(ec);
       if (!upstream) co_return co_await fail(ec);
-      upstream->stream.expires_at(deadline);
-      auto [rwec, rwn] = co_await asio::async_write(upstream->stream, piece.buffers(), kTuple);
+      upstream_in_use_ = upstream.get();
+      auto [rwec, rwn] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
       wec = rwec;
     }
     if (wec) co_return co_await fail(wec);
@@ -497,7 +514,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     response_parser->header_limit(kMaxUpstreamHeaderBytes);
     response_parser->body_limit(boost::none);
     if (head_request) response_parser->skip(true);
-    auto [hec, hn] = co_await http::async_read_header(upstream->stream, upstream->buffer, *response_parser, kTuple);
+    auto [hec, hn] = co_await http::async_read_header(upstream->socket, upstream->buffer, *response_parser, kTuple);
     if (!hec) {
       unsigned status = response_parser->get().result_int();
       if (status / 100 == 1 && status != 101) {
@@ -512,9 +529,9 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     if (attempt == 0 && closed_before_answer && upstream->reused && single_write) {
       upstream = co_await worker_.pool().Connect(ec);
       if (!upstream) co_return co_await fail(ec);
-      upstream->stream.expires_at(deadline);
+      upstream_in_use_ = upstream.get();
       GatherWrite again(upstream_head, buf, first_size, chunked_request, true);
-      auto [rwec, rwn] = co_await asio::async_write(upstream->stream, again.buffers(), kTuple);
+      auto [rwec, rwn] = co_await asio::async_write(upstream->socket, again.buffers(), kTuple);
       if (rwec) co_return co_await fail(rwec);
       continue;
     }
@@ -550,10 +567,14 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     if (!no_body && !response_parser->is_done()) {
       upstream_res.body().data = buf;
       upstream_res.body().size = kRelayBufferSize;
-      auto [rec, rn] = co_await http::async_read(upstream->stream, upstream->buffer, *response_parser, kTuple);
+      auto [rec, rn] = co_await http::async_read(upstream->socket, upstream->buffer, *response_parser, kTuple);
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
-        if (!response_started) co_return co_await WriteProblem(UpstreamProblem(rec), req.version(), false);
+        if (!response_started) {
+          Problem problem = UpstreamProblem(rec, timed_out_);
+          SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
+          co_return co_await WriteProblem(problem, req.version(), false);
+        }
         co_return false;  // the client saw a partial response: closing tells it so
       }
       n = kRelayBufferSize - upstream_res.body().size;
@@ -561,13 +582,14 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     }
     const bool last = no_body || response_parser->is_done();
     GatherWrite piece(response_started ? std::string_view{} : client_head, buf, n, chunked_response, last);
-    auto [wec, wn] = co_await asio::async_write(stream_, piece.buffers(), kTuple);
+    auto [wec, wn] = co_await asio::async_write(socket_, piece.buffers(), kTuple);
     response_started = true;
     if (wec) co_return false;  // the client went away; the backend connection is dropped with it
     if (last) break;
   }
 
   metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
+  upstream_in_use_ = nullptr;
   if (upstream_keep_alive && (no_body || response_parser->is_done())) {
     worker_.pool().Release(std::move(upstream));
   }
@@ -589,7 +611,7 @@ io::Awaitable<bool> Session::Reject(RequestParser& parser, const Problem& proble
     keep_alive = discard;
   }
   const auto& config = worker_.runtime()->config();
-  stream_.expires_after(config.timeouts.request);
+  SetDeadline(Clock::now() + config.timeouts.request);
   if (!co_await WriteProblem(problem, req.version(), keep_alive)) co_return false;
   if (discard) co_return co_await DiscardBody(parser);
   if (body_pending) linger_ = true;
@@ -599,17 +621,17 @@ io::Awaitable<bool> Session::Reject(RequestParser& parser, const Problem& proble
 io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
   record_.status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
-  auto [ec, n] = co_await http::async_write(stream_, response, kTuple);
+  auto [ec, n] = co_await http::async_write(socket_, response, kTuple);
   co_return !ec && keep_alive;
 }
 
 io::Awaitable<bool> Session::DiscardBody(RequestParser& parser) {
   char scratch[1024];
-  stream_.expires_after(worker_.runtime()->config().timeouts.header_read);
+  SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
   while (!parser.is_done()) {
     parser.get().body().data = scratch;
     parser.get().body().size = sizeof scratch;
-    auto [ec, n] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+    auto [ec, n] = co_await http::async_read(socket_, buffer_, parser, kTuple);
     if (ec == http::error::need_buffer) continue;
     if (ec) co_return false;
   }
@@ -620,13 +642,13 @@ io::Awaitable<void> Session::LingeringClose() {
   // Closing a socket with unread input makes the kernel send RST, which can destroy the response
   // still in flight to the client. Half-close, then drain briefly (as nginx's lingering_close).
   boost::system::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
   if (ec) co_return;
-  stream_.expires_after(kLingerTime);
+  SetDeadline(Clock::now() + kLingerTime);
   char scratch[1024];
   size_t drained = 0;
   while (drained < 1024 * 1024) {
-    auto [rec, n] = co_await stream_.async_read_some(asio::buffer(scratch), kTuple);
+    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(scratch), kTuple);
     if (rec) break;
     drained += n;
   }

@@ -9,6 +9,7 @@
 #include "server/problem.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
+#include "upstream/upstream_pool.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -41,6 +42,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Called by the worker's periodic sweep: closes the connection if it has waited longer than
   // idle_timeout for a next request; once it has waited cool_after, makes it give back its read
   // buffer (returns true when it asked).
+  // Also enforces the deadline of a busy connection (header_read, request, ...): past it, the
+  // connection's sockets are cancelled and the operation under way fails as timed out.
   bool Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds idle_timeout,
              std::chrono::milliseconds cool_after);
 
@@ -52,6 +55,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
   void WaitCold();
   void Close();
+  // The time by which the current step must end (enforced by Sweep); resets timed_out_.
+  void SetDeadline(std::chrono::steady_clock::time_point deadline);
+  void ClearDeadline() { SetDeadline(std::chrono::steady_clock::time_point::max()); }
   io::Awaitable<bool> ServeOne();  // true: keep the connection for another request
   // Reads and checks the request head into parser. Returns a problem to answer with when the head
   // is refused; nullopt with no head parsed when the client went away or stalled.
@@ -79,7 +85,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void LogAccess(const RequestParser* parser, const RequestPlan* plan) const;
 
   Worker& worker_;
-  io::Stream stream_;
+  // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
+  io::Socket socket_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  bool timed_out_ = false;  // Sweep cancelled the operations under way: the deadline passed
+  UpstreamConnection* upstream_in_use_ = nullptr;  // cancelled with the client socket on timeout
   // Bytes read from the client and not yet parsed. Kept between requests while the connection is
   // busy (the next request is read straight into it); given back once it idles (Sweep).
   boost::beast::basic_flat_buffer<PageAllocator<char>> buffer_;

@@ -1,6 +1,7 @@
 #include "upstream/upstream_pool.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::
   if (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
     // Stop watching for the backend's close; the aborted wait completes without touching it.
-    if (idle_.back().watched) connection->stream.socket().cancel(ec);
+    if (idle_.back().watched) connection->socket.cancel(ec);
     ec = {};
     idle_.pop_back();
     connection->reused = true;
@@ -31,25 +32,32 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::
 
 io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {
   auto connection = std::make_unique<UpstreamConnection>(ioc_);
-  connection->stream.expires_after(connect_timeout_);
-  auto [connect_ec, endpoint] =
-      co_await connection->stream.async_connect(endpoints_, io::kTuple);
+  // connect_timeout: a timer that cancels the attempt. `connecting` tells a timer that fired just
+  // as the connect completed that the socket is no longer its to cancel.
+  auto connecting = std::make_shared<bool>(true);
+  io::Timer timer(ioc_.get_executor(), connect_timeout_);
+  timer.async_wait([connecting, socket = &connection->socket](boost::system::error_code timer_ec) {
+    boost::system::error_code ignored;
+    if (!timer_ec && *connecting) socket->cancel(ignored);
+  });
+  auto [connect_ec, endpoint] = co_await asio::async_connect(connection->socket, endpoints_, io::kTuple);
+  *connecting = false;
+  timer.cancel();
   if (connect_ec) {
-    ec = connect_ec;
+    ec = connect_ec == asio::error::operation_aborted ? asio::error::timed_out : connect_ec;
     co_return nullptr;
   }
-  connection->stream.socket().set_option(tcp::no_delay(true), ec);
+  connection->socket.set_option(tcp::no_delay(true), ec);
   ec = {};
   co_return connection;
 }
 
 void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> connection) {
-  if (!connection->stream.socket().is_open() || connection->buffer.size() != 0) return;  // unusable
+  if (!connection->socket.is_open() || connection->buffer.size() != 0) return;  // unusable
   if (idle_.size() >= max_idle_) {
     // The least recently used connection goes, so the pool keeps the warm ones.
     idle_.erase(idle_.begin());
   }
-  connection->stream.expires_never();
   idle_.push_back(Idle{next_id_++, std::move(connection), std::chrono::steady_clock::now()});
 }
 
@@ -62,7 +70,7 @@ void UpstreamPool::Sweep(std::chrono::steady_clock::time_point now, std::chrono:
 void UpstreamPool::WatchIdle(Idle& idle) {
   idle.watched = true;
   uint64_t id = idle.id;
-  idle.connection->stream.socket().async_wait(tcp::socket::wait_read, [this, id](boost::system::error_code ec) {
+  idle.connection->socket.async_wait(tcp::socket::wait_read, [this, id](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted) return;  // acquired, or the pool is closing
     DropIdle(id);
   });

@@ -16,8 +16,9 @@
 namespace fencing {
 
 struct UpstreamConnection {
-  explicit UpstreamConnection(boost::asio::io_context& ioc) : stream(ioc.get_executor()) {}
-  io::Stream stream;
+  explicit UpstreamConnection(boost::asio::io_context& ioc) : socket(ioc.get_executor()) {}
+  // A plain socket: the session using it enforces timeouts.request (Session::Sweep).
+  io::Socket socket;
   boost::beast::flat_buffer buffer;
   bool reused = false;  // came from the pool: the backend may have closed it meanwhile
 };
