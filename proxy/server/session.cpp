@@ -53,11 +53,11 @@ bool ResponseHasNoBody(unsigned status, bool head_request) {
   return head_request || status / 100 == 1 || status == 204 || status == 304;
 }
 
-// timed_out: the session's deadline passed (Session::Sweep cancelled the exchange), or the
-// connect attempt ran out of timeouts.connect.
+// timed_out: the session's deadline passed (Session::Sweep cancelled the exchange): 504. A connect
+// that ran out of timeouts.connect is a 502 like any other unreachable backend.
 Problem UpstreamProblem(const boost::system::error_code& ec, bool timed_out) {
   Problem p;
-  if (timed_out || ec == asio::error::timed_out) {
+  if (timed_out) {
     p.status = http::status::gateway_timeout;
     p.type = "upstream-timeout";
     p.title = "Backend too slow";
