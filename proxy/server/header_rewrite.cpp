@@ -3,6 +3,9 @@
 #include "common/ascii.h"
 
 #include <boost/beast/http/rfc7230.hpp>
+#include <boost/container/small_vector.hpp>
+
+#include <optional>
 
 namespace fencing {
 
@@ -27,16 +30,26 @@ bool IsHopByHop(http::field f) {
   }
 }
 
-bool NamedByConnection(std::string_view name, const http::fields& from) {
-  for (const auto& field : from) {
-    if (field.name() != http::field::connection) continue;
-    http::token_list tokens(field.value());
-    for (auto token : tokens) {
-      if (EqualsIgnoreCase(token, name)) return true;
+// The field names listed by the Connection fields (hop-by-hop for this message only). Parsed once
+// per message, then looked up per field.
+class ConnectionTokens {
+ public:
+  explicit ConnectionTokens(const http::fields& from) {
+    for (const auto& field : from) {
+      if (field.name() != http::field::connection) continue;
+      for (auto token : http::token_list(field.value())) tokens_.push_back(token);
     }
   }
-  return false;
-}
+  bool Names(std::string_view name) const {
+    for (std::string_view token : tokens_) {
+      if (EqualsIgnoreCase(token, name)) return true;
+    }
+    return false;
+  }
+
+ private:
+  boost::container::small_vector<std::string_view, 4> tokens_;
+};
 
 void AppendField(std::string& out, std::string_view name, std::string_view value) {
   out.append(name);
@@ -73,6 +86,8 @@ FieldFacts ScanFields(const http::fields& from) {
 // collected there, each followed by ", ".
 void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std::string_view drop,
                           std::string* forwarded_for, std::string& out) {
+  std::optional<ConnectionTokens> connection_tokens;
+  if (facts.connection) connection_tokens.emplace(from);
   for (const auto& field : from) {
     if (IsHopByHop(field.name())) continue;
     std::string_view name = field.name_string();
@@ -82,7 +97,7 @@ void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std
       forwarded_for->append(", ");
       continue;
     }
-    if (facts.connection && NamedByConnection(name, from)) continue;
+    if (connection_tokens && connection_tokens->Names(name)) continue;
     AppendField(out, name, field.value());
   }
 }
