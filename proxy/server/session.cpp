@@ -71,6 +71,22 @@ Problem UpstreamProblem(const boost::system::error_code& ec, bool timed_out) {
   return p;
 }
 
+// Feeds a parser the body bytes already in buffer (usually the whole body came with the head),
+// into the relay buffer its body points to, without an I/O operation: an asynchronous read that
+// could complete at once still costs a trip through the scheduler. Stops when the message is
+// done, the buffered bytes run out, or the relay buffer is full; an error is the parser's.
+template <typename Parser, typename DynamicBuffer>
+boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
+  boost::system::error_code ec;
+  while (buffer.size() != 0 && !parser.is_done()) {
+    size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more || ec == http::error::need_buffer) return {};
+    if (ec || used == 0) break;
+  }
+  return ec;
+}
+
 // A request waiting on a pending raise. The fence resolves it from any thread; the resolution
 // is posted to the session's thread, where it wakes the waiting coroutine through the timer.
 class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
@@ -307,9 +323,14 @@ io::Awaitable<bool> Session::ServeOne() {
   RequestPlan plan = PlanRequest(req.base(), *runtime);
   Fence* admitted = nullptr;
   if (plan.action == RequestPlan::Action::kFence) {
-    uint64_t max_token = 0;
-    Admission admission = co_await WaitForRaise(*plan.route->fence, plan.token, plan.route->config->max_token_jump,
-                                                &max_token, config.timeouts.request);
+    // Most requests carry the current max: decided here, without a waiter or a coroutine.
+    AdmitResult result = plan.route->fence->AdmitWithoutWaiting(plan.token, plan.route->config->max_token_jump);
+    uint64_t max_token = result.max_token;
+    Admission admission = result.admission;
+    if (admission == Admission::kWaiting) {
+      admission = co_await WaitForRaise(*plan.route->fence, plan.token, plan.route->config->max_token_jump,
+                                        &max_token, config.timeouts.request);
+    }
     if (admission == Admission::kAdmitted) admitted = plan.route->fence;
     ApplyAdmission(plan, admission, max_token);
   }
@@ -392,14 +413,9 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
 }
 
 io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
-                                                 uint64_t* max_token, std::chrono::milliseconds deadline) {
-  // Most requests carry the current max and need no waiter (a timer and an allocation).
-  AdmitResult result = fence.AdmitWithoutWaiting(token, max_jump);
-  *max_token = result.max_token;
-  if (result.admission != Admission::kWaiting) co_return result.admission;
-
+                                               uint64_t* max_token, std::chrono::milliseconds deadline) {
   auto wait = std::make_shared<RaiseWait>(socket_.get_executor());
-  result = fence.Admit(token, *wait, max_jump);
+  AdmitResult result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
 
@@ -466,7 +482,11 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     if (!parser.is_done()) {
       req.body().data = buf;
       req.body().size = kRelayBufferSize;
-      auto [rec, rn] = co_await http::async_read(socket_, buffer_, parser, kTuple);
+      boost::system::error_code rec = ParseBuffered(parser, buffer_);
+      if (!rec && !parser.is_done() && req.body().size != 0) {
+        auto [read_ec, rn] = co_await http::async_read(socket_, buffer_, parser, kTuple);
+        rec = read_ec;
+      }
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
         // The body broke off or broke the rules (a bad chunk, too long): the backend has a
@@ -567,7 +587,11 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
     if (!no_body && !response_parser->is_done()) {
       upstream_res.body().data = buf;
       upstream_res.body().size = kRelayBufferSize;
-      auto [rec, rn] = co_await http::async_read(upstream->socket, upstream->buffer, *response_parser, kTuple);
+      boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
+      if (!rec && !response_parser->is_done() && upstream_res.body().size != 0) {
+        auto [read_ec, rn] = co_await http::async_read(upstream->socket, upstream->buffer, *response_parser, kTuple);
+        rec = read_ec;
+      }
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
         if (!response_started) {

@@ -62,11 +62,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Reads and checks the request head into parser. Returns a problem to answer with when the head
   // is refused; nullopt with no head parsed when the client went away or stalled.
   io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
-  io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
-                                                 uint64_t* max_token, std::chrono::milliseconds deadline);
+  // Admits a token that has to wait (Fence::AdmitWithoutWaiting said kWaiting), with a waiter
+  // that gives up after deadline.
+  io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
+                                        std::chrono::milliseconds deadline);
   io::Awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
-                                       std::string_view drop_header, Outcome outcome,
-                                       const RouteMetrics& metrics);
+                              std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics);
   // Answers with a problem; reads and drops a small unread body to keep the connection, else
   // closes it. Returns whether the connection may serve another request.
   io::Awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);
