@@ -239,7 +239,7 @@ void Session::Start() {
 
 void Session::WaitCold() {
   // No coroutine, no buffer and no parser while idle: the session lives on in this wait's
-  // handler (about a kilobyte in all), and a new coroutine starts when the next request comes.
+  // handler (about 600 bytes in all), and a new coroutine starts when the next request comes.
   if (!idle_) {
     idle_ = true;
     idle_since_ = Clock::now();
@@ -273,10 +273,10 @@ io::Awaitable<void> Session::Run() {
         WaitCold();
         co_return;
       }
-      // Waiting for the next request, reading it straight into the buffer: after a read that
-      // emptied the socket, Asio queues this read without a syscall and epoll wakes it (a bare
-      // readiness wait would cost an epoll_ctl per request). The idle timeout is enforced by the
-      // worker's sweep (Worker::SweepIdle), not by a timer per wait.
+      // Waiting for the next request, reading it straight into the buffer: the read is tried at
+      // once (under load the request is often there already) and otherwise waits for epoll, with
+      // no epoll_ctl (a bare readiness wait costs one per request in Asio). The idle timeout is
+      // enforced by the worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
       auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
