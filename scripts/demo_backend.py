@@ -19,7 +19,9 @@ the record, and a request that starts after another's response has start >= that
 
 Request headers for tests: X-Demo-Delay-Ms: N sleeps N ms before applying (holds a write in
 flight); X-Demo-Status: NNN answers with that status (the request is still applied);
-X-Demo-Chunked: 1 sends the response body chunked instead of with a Content-Length.
+X-Demo-Chunked: 1 sends the response body chunked instead of with a Content-Length;
+X-Demo-Trickle-Ms: N sends the response head at once, then its body one byte every N ms (a
+backend that never finishes, for timeout tests).
 Response headers: X-Demo-Seen-Token and X-Demo-Seen-Forwarded-For echo what arrived.
 """
 
@@ -103,6 +105,17 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        trickle_ms = int(self.headers.get("X-Demo-Trickle-Ms") or 0)
+        if trickle_ms > 0 and not chunked:
+            self.wfile.flush()
+            try:
+                for byte in body:
+                    time.sleep(trickle_ms / 1000.0)
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+            except OSError:
+                pass  # the proxy cut the exchange off
+            return
         if chunked:
             for i in range(0, len(body), 1000):  # several chunks
                 part = body[i:i + 1000]
@@ -135,6 +148,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 stored = server.store.get(path)
                 status, answer = (200, stored) if stored is not None else (404, b"not found\n")
+        if self.headers.get("X-Demo-Trickle-Ms"):
+            answer = b"t" * 100000
         status = int(self.headers.get("X-Demo-Status") or status)
         server.record({
             "method": method, "path": path, "token": self.headers.get(server.token_header),

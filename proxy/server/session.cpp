@@ -208,8 +208,10 @@ void Session::SetDeadline(Clock::time_point deadline) {
 
 bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout, std::chrono::milliseconds cool_after) {
   if (!idle_) {
-    if (now >= deadline_ && !timed_out_) {
-      // Past the deadline: whatever the session awaits on either socket fails now.
+    if (now >= deadline_) {
+      // Past the deadline: whatever the session awaits on either socket fails now. Again at
+      // every sweep until the session moves on: an operation that completed just before the
+      // first cancel must not let the exchange run on unbounded.
       timed_out_ = true;
       boost::system::error_code ec;
       socket_.cancel(ec);
@@ -281,9 +283,12 @@ io::Awaitable<void> Session::Run() {
       idle_since_ = Clock::now();
       auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
       buffer_.commit(n);
-      if (ec == asio::error::operation_aborted && cooling_ && !closing_) {
+      // Sweep may have asked for the buffer just after this read completed: then the request is
+      // served and the connection can cool next time.
+      const bool cool = ec == asio::error::operation_aborted && cooling_ && !closing_;
+      cooling_ = false;
+      if (cool) {
         // Idle for a sweep period (Sweep): give the buffer back and wait without one.
-        cooling_ = false;
         buffer_.shrink_to_fit();  // empty: unmaps it
         WaitCold();
         co_return;
@@ -588,8 +593,11 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
       upstream_res.body().data = buf;
       upstream_res.body().size = kRelayBufferSize;
       boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
-      if (!rec && !response_parser->is_done() && upstream_res.body().size != 0) {
-        auto [read_ec, rn] = co_await http::async_read(upstream->socket, upstream->buffer, *response_parser, kTuple);
+      if (!rec && !response_parser->is_done() && upstream_res.body().size == kRelayBufferSize) {
+        // Whatever arrives is relayed at once (read_some): a response that streams slowly
+        // reaches the client as it comes, not when a relay buffer's worth has piled up.
+        auto [read_ec, rn] =
+            co_await http::async_read_some(upstream->socket, upstream->buffer, *response_parser, kTuple);
         rec = read_ec;
       }
       if (rec == http::error::need_buffer) rec = {};
@@ -605,6 +613,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
       record_.bytes_out += n;
     }
     const bool last = no_body || response_parser->is_done();
+    if (n == 0 && !last && response_started) continue;  // only framing arrived: nothing to send
     GatherWrite piece(response_started ? std::string_view{} : client_head, buf, n, chunked_response, last);
     auto [wec, wn] = co_await asio::async_write(socket_, piece.buffers(), kTuple);
     response_started = true;

@@ -89,7 +89,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
   io::Socket socket_;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
-  bool timed_out_ = false;  // Sweep cancelled the operations under way: the deadline passed
+  bool timed_out_ = false;  // the deadline passed: Sweep cancels what the session awaits
   UpstreamConnection* upstream_in_use_ = nullptr;  // cancelled with the client socket on timeout
   // Bytes read from the client and not yet parsed. Kept between requests while the connection is
   // busy (the next request is read straight into it); given back once it idles (Sweep).

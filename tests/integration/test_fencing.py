@@ -338,6 +338,30 @@ class FencingTest(ProxyTestCase):
                          "expects 504, got %d %r" % (response[0], response[2][:200]))
         self.assertLess(elapsed, 1.8, "the 504 comes at timeouts.request (500ms), not later")
 
+    def test_a_response_that_never_ends_is_cut_at_the_request_timeout(self):
+        # The backend answers at once but sends its body a byte every 50 ms, forever: the admitted
+        # write must still end at timeouts.request, or a raise would wait behind it for ever.
+        proxy = self.proxy(request_timeout="1s")
+        self.assert2xx(proxy.request("PUT", "/orders/t", 40, b"x"), "token 40")
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+            sock.sendall(b"PUT /orders/t HTTP/1.1\r\nHost: t\r\nX-Fencing-Token: 40\r\n"
+                         b"X-Demo-Trickle-Ms: 50\r\nContent-Length: 1\r\n\r\nx")
+            started = time.monotonic()
+            received = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+                self.assertLess(time.monotonic() - started, 5.0, "still relaying after 5 s")
+            elapsed = time.monotonic() - started
+        self.assertIn(b" 200 ", received.split(b"\r\n", 1)[0], "the head was relayed")
+        self.assertLess(len(received), 1000, "the body was cut off, not completed")
+        self.assertGreater(elapsed, 0.8, "cut at %.2fs, before timeouts.request" % elapsed)
+        self.assertLess(elapsed, 2.5, "timeouts.request is 1s: cut at %.2fs" % elapsed)
+        # The admission is released: a raise goes through.
+        self.assert2xx(proxy.request("PUT", "/orders/t", 41, b"y"), "the raise after the cut-off write")
+
     # -- wire details -----------------------------------------------------------------------------
 
     def test_expect_100_continue_stale_rejected_before_body(self):
