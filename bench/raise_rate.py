@@ -22,23 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
-
-
-def baseline_sync_rate(directory, seconds):
-    """Appends + fdatasyncs per second for one thread on `directory`'s file system."""
-    path = os.path.join(directory, "baseline.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    record = b"x" * 80
-    count, deadline = 0, time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            os.write(fd, record)
-            os.fdatasync(fd)
-            count += 1
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return count / seconds
+from disk_probe import append_fdatasync_rate  # noqa: E402
 
 
 def sync_and_raise_counts(proxy):
@@ -103,7 +87,7 @@ def main():
     proxy = harness.Proxy({"routes": routes}, backend=backend, workdir=workdir)
     try:
         results = {
-            "baseline_sync_per_s": round(baseline_sync_rate(workdir, args.seconds), 1),
+            "baseline_sync_per_s": round(append_fdatasync_rate(workdir, args.seconds), 1),
             # The same client loop without raises: the HTTP round trip alone, for comparison.
             "equal_tokens_one_client": measure(proxy, 1, args.seconds, 1, raise_each=False),
             "one_fence": measure(proxy, 1, args.seconds, 10_000_000),

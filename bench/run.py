@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from disk_probe import append_fdatasync_rate  # bench/, the script's own directory
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LUA_DIR = os.path.join(HERE, "lua")
@@ -525,7 +527,7 @@ class Bench:
         if fp and workload.startswith("raise"):
             # The disk's rate right before the raises it is compared with: on a shared machine
             # it changes by 20× within minutes (other processes' writes share the journal).
-            fsync = self.fsync_rate(self.args.fsync_seconds)
+            fsync = append_fdatasync_rate(self.state_dir, self.args.fsync_seconds)
             self.fsync.append({"round": round_no, "workload": workload,
                                "syncs_per_s": round(fsync, 1)})
         c0 = fencing_counters(t.admin_port) if fp else None
@@ -542,12 +544,12 @@ class Bench:
                                   [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload)
         elif workload == "raise_serial":
             self.raise_runs += 1
-            main = self.wrk_start(t, "raise_serial.lua", 1, 1, seconds,
+            main = self.wrk_start(t, "raise.lua", 1, 1, seconds,
                                   [self.raise_runs * TOKEN_STRIDE, SERIAL_PATH], tag=workload)
         elif workload == "raise_fences":
             self.raise_runs += 1
             n = self.args.fences
-            main = self.wrk_start(t, "raise_fences.lua", n, n, seconds,
+            main = self.wrk_start(t, "raise.lua", n, n, seconds,
                                   [self.raise_runs * TOKEN_STRIDE], tag=workload)
             side = self.wrk_start(t, "put_equal.lua", 1, PACED_CONNS, seconds,
                                   [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload + "-side")
@@ -617,22 +619,6 @@ class Bench:
         return out
 
     # -- the disk, syscalls, idle connections ----------------------------------------------
-
-    def fsync_rate(self, seconds):
-        """One thread appending an 80-byte record and fdatasync'ing it, on the state file's disk."""
-        path = os.path.join(self.state_dir, "fsync-probe.log")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        record = b"x" * 79 + b"\n"
-        count, start = 0, time.monotonic()
-        try:
-            while time.monotonic() - start < seconds:
-                os.write(fd, record)
-                os.fdatasync(fd)
-                count += 1
-        finally:
-            os.close(fd)
-            os.unlink(path)
-        return count / (time.monotonic() - start)
 
     def count_syscalls(self, t, n_requests):
         """strace -c -f on the target process over about n_requests equal-token PUTs."""

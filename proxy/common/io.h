@@ -10,7 +10,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core/basic_stream.hpp>
 
 namespace fencing::io {
 
@@ -19,7 +18,6 @@ template <typename T = void>
 using Awaitable = boost::asio::awaitable<T, Executor>;
 using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
 using Acceptor = boost::asio::basic_socket_acceptor<boost::asio::ip::tcp, Executor>;
-using Stream = boost::beast::basic_stream<boost::asio::ip::tcp, Executor>;
 using Timer = boost::asio::basic_waitable_timer<std::chrono::steady_clock,
                                                 boost::asio::wait_traits<std::chrono::steady_clock>, Executor>;
 

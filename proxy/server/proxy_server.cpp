@@ -27,7 +27,7 @@ namespace {
 // Idle backend connections kept per worker; more than the busiest worker's concurrency wastes
 // the backend's sockets, fewer makes bursts reconnect.
 constexpr size_t kMaxIdleUpstreamPerWorker = 256;
-constexpr size_t kTrimAfterFreedBuffers = 64;
+constexpr size_t kTrimAfterCooledSessions = 64;
 
 }  // namespace
 
@@ -128,16 +128,16 @@ io::Awaitable<void> Worker::SweepIdle() {
     auto [ec] = co_await timer.async_wait(io::kTuple);
     if (ec) co_return;
     const auto now = std::chrono::steady_clock::now();
-    size_t freed = 0;
+    size_t cooled = 0;
     // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
-    for (Session* session : sessions_) freed += session->Sweep(now, timeouts.idle, period);
+    for (Session* session : sessions_) cooled += session->Sweep(now, timeouts.idle, period);
     pool_->Sweep(now, period);
     // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
     // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).
     // The sessions told to cool free their coroutines only as their reads complete: trim a
     // period later.
     if (trim_due) ReleaseFreeMemory();
-    trim_due = freed >= kTrimAfterFreedBuffers;
+    trim_due = cooled >= kTrimAfterCooledSessions;
   }
 }
 

@@ -2,11 +2,12 @@
 // Keep-alive connections to the backend, one pool per I/O thread: every connection in a pool is
 // used by sessions of that thread only, so the hot path takes no lock.
 
+#include "common/io.h"
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include "common/io.h"
 
 #include <chrono>
 #include <cstdint>
