@@ -1,7 +1,7 @@
 """Integration-test helpers: the real fencing-proxy binary and the demo backend on 127.0.0.1.
 
 Python standard library only. Every process a test starts is stopped in its cleanup (use
-ProxyTestCase.start_backend / start_proxy) and, as a last resort, at interpreter exit. Every wait
+ProxyTestCase.start_backend / start_raw_backend / start_proxy) and, as a last resort, at interpreter exit. Every wait
 is bounded; a proxy that does not come up raises HarnessError with its stderr.
 
 Environment:
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 import unittest
+
+from raw_backend import RawBackend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.environ.get("FP_SOURCE_DIR") or os.path.join(HERE, "..", ".."))
@@ -192,13 +194,34 @@ def crc32c(data):
     return crc ^ 0xFFFFFFFF
 
 
+STATE_MAGIC = b"FENCELOG"
+STATE_VERSION = 1
+
+
+def _masked_crc(data):
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def state_header():
+    """The 16-byte state-file header: magic, u32 version, masked CRC-32C of the first 12 bytes."""
+    start = STATE_MAGIC + struct.pack("<I", STATE_VERSION)
+    return start + struct.pack("<I", _masked_crc(start))
+
+
+def write_state_file(path, fences):
+    """A complete state file holding {fence: max_token}, for a proxy that is not running yet."""
+    with open(path, "wb") as f:
+        f.write(state_header() + b"".join(set_max_record(n, t) for n, t in fences.items()))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def set_max_record(fence, token):
     """One SET_MAX record: masked CRC-32C of type+payload, u16 payload length, type 1, payload."""
     name = fence.encode()
     body = bytes([1]) + struct.pack("<QB", token, len(name)) + name
-    crc = crc32c(body)
-    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-    return struct.pack("<IH", masked, len(body) - 1) + body
+    return struct.pack("<IH", _masked_crc(body), len(body) - 1) + body
 
 
 def pad_state_file(path, target_bytes, fences):
@@ -481,7 +504,8 @@ class Proxy:
 
     config: a dict (emitted as YAML; listen, admin_listen, backend and state_file are filled in
     when absent) or YAML text (the same four keys are prepended when the text has no such
-    top-level key). backend: a Backend, a URL string, or None (then config must name one).
+    top-level key). backend: a Backend, a RawBackend, a URL string, or None (then config must
+    name one).
     """
 
     def __init__(self, config, backend=None, state_file=None, workdir=None, start=True,
@@ -499,7 +523,7 @@ class Proxy:
         self.state_file = state_file or os.path.join(self.workdir, "fences.log")
         self.port = free_port()
         self.admin_port = free_port()
-        backend_url = backend.url if isinstance(backend, Backend) else backend
+        backend_url = getattr(backend, "url", backend)  # a Backend, a RawBackend, or a URL
         defaults = {"listen": "127.0.0.1:%d" % self.port,
                     "admin_listen": "127.0.0.1:%d" % self.admin_port,
                     "backend": backend_url,
@@ -628,6 +652,22 @@ class Proxy:
         except FileNotFoundError:
             return ""
 
+    def access_log(self):
+        """The access lines logged so far: the stderr JSON lines whose "msg" is "access", parsed,
+        in order (other lines, and lines that are not JSON, are skipped). A line is written after
+        its response, so a test waits for it with wait_for."""
+        lines = []
+        for line in self.stderr_text().splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("msg") == "access":
+                lines.append(entry)
+        return lines
+
     # -- HTTP --
 
     def connect(self, timeout=IO_TIMEOUT):
@@ -687,6 +727,12 @@ class ProxyTestCase(unittest.TestCase):
 
     def start_backend(self):
         backend = Backend(self.workdir)
+        self.addCleanup(backend.stop)
+        return backend
+
+    def start_raw_backend(self, script="answer", **options):
+        """A raw_backend.RawBackend (records the raw bytes it receives), stopped in cleanup."""
+        backend = RawBackend(script, **options)
         self.addCleanup(backend.stop)
         return backend
 
