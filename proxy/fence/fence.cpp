@@ -32,16 +32,12 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
   {
     std::lock_guard lock(mu_);
     uint64_t effective_max = std::max(max_token_, pending_);
-    if (state_failed_.load(std::memory_order_acquire)) {
-      return {Admission::kFailed, effective_max};
+    if (AdmitResult refusal = RefusalLocked(token, max_jump); refusal.admission != Admission::kAdmitted) {
+      return refusal;
     }
-    if (token < effective_max) return {Admission::kStale, effective_max};
     if (token == max_token_ && pending_ == 0) {
       ++inflight_;
       return {Admission::kAdmitted, max_token_};
-    }
-    if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
-      return {Admission::kTooFar, effective_max};
     }
     if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
     if (token > effective_max) {
@@ -57,6 +53,21 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
   if (to_persist) persister_.Persist(*this, to_persist);
   return result;
+}
+
+AdmitResult Fence::Check(uint64_t token, uint64_t max_jump) const {
+  std::lock_guard lock(mu_);
+  return RefusalLocked(token, max_jump);
+}
+
+AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
+  uint64_t effective_max = std::max(max_token_, pending_);
+  if (state_failed_.load(std::memory_order_acquire)) return {Admission::kFailed, effective_max};
+  if (token < effective_max) return {Admission::kStale, effective_max};
+  if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
+    return {Admission::kTooFar, effective_max};
+  }
+  return {Admission::kAdmitted, effective_max};
 }
 
 void Fence::Release() {

@@ -80,6 +80,10 @@ class Fence {
   // Admit for every case that needs no waiting (equal token, stale, failed, too far), with no
   // waiter to set up. kWaiting means it would wait and nothing has changed: call Admit.
   AdmitResult AdmitWithoutWaiting(uint64_t token, uint64_t max_jump = 0);
+  // The refusals Admit would make now (kStale, kFailed, kTooFar), or kAdmitted if it would admit
+  // or raise. Changes nothing and holds nothing: a request whose body is still to be read is
+  // refused on its head this way, and admitted (Admit) only once its body is in.
+  AdmitResult Check(uint64_t token, uint64_t max_jump = 0) const;
   void Release();                             // one admitted write has completed or was aborted
   void OnPersisted(uint64_t token, bool ok);  // from the persister
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now
@@ -96,6 +100,8 @@ class Fence {
   };
   // Admit, or with no waiter only the decisions that need none.
   AdmitResult AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump);
+  // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
+  AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
   // Both called with mu_ held; return what to do once it is released.
   uint64_t TakeRaiseToPersist();
   void RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups);

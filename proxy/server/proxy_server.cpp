@@ -2,17 +2,7 @@
 
 #include "admin/metrics.h"
 #include "common/log.h"
-#include "common/memory.h"
 #include "fence/fence_registry.h"
-#include "server/session.h"
-
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <thread>
@@ -21,153 +11,6 @@ namespace fencing {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-
-namespace {
-
-// Idle backend connections kept per worker; more than the busiest worker's concurrency wastes
-// the backend's sockets, fewer makes bursts reconnect.
-constexpr size_t kMaxIdleUpstreamPerWorker = 256;
-constexpr size_t kTrimAfterCooledSessions = 64;
-
-}  // namespace
-
-void LogCoroutineFailure(std::exception_ptr failure) {
-  if (!failure) return;
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& e) {
-    LogError("connection ended by an unexpected error", {{"error", e.what()}});
-  }
-}
-
-Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const ProxyConfig& config)
-    : shared_(shared),
-      // One thread runs it, and every socket and timer of the worker is touched on that thread
-      // only (other threads only post to it): no lock per I/O operation.
-      ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
-  pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
-  acceptor_.emplace(ioc_->get_executor());
-}
-
-Worker::~Worker() {
-  Stop();
-  pool_.reset();
-  acceptor_.reset();
-  ioc_.reset();  // destroys suspended sessions, which unregister from sessions_
-}
-
-Status Worker::Listen(const tcp::endpoint& endpoint) {
-  boost::system::error_code ec;
-  acceptor_->open(endpoint.protocol(), ec);
-  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) {
-    // Every worker binds the same port; the kernel spreads new connections across them.
-    int one = 1;
-    if (::setsockopt(acceptor_->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
-      ec.assign(errno, boost::system::system_category());
-    }
-  }
-  if (!ec) acceptor_->bind(endpoint, ec);
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::Error("cannot listen on " + endpoint.address().to_string() + ":" +
-                         std::to_string(endpoint.port()) + ": " + ec.message());
-  }
-  return Status::Ok();
-}
-
-void Worker::Start(std::shared_ptr<const Runtime> runtime) {
-  runtime_ = std::move(runtime);
-  asio::co_spawn(ioc_->get_executor(), AcceptLoop(), LogCoroutineFailure);
-  asio::co_spawn(ioc_->get_executor(), SweepIdle(), LogCoroutineFailure);
-  thread_ = std::thread([this] { ioc_->run(); });
-}
-
-void Worker::SetRuntime(std::shared_ptr<const Runtime> runtime) {
-  asio::post(*ioc_, [this, runtime = std::move(runtime)]() mutable { runtime_ = std::move(runtime); });
-}
-
-void Worker::BeginDrain() {
-  asio::post(*ioc_, [this] {
-    boost::system::error_code ec;
-    acceptor_->close(ec);
-    for (Session* session : sessions_) session->CloseIfIdle();
-  });
-}
-
-void Worker::Stop() {
-  if (!ioc_) return;
-  ioc_->stop();
-  if (thread_.joinable()) thread_.join();
-}
-
-bool Worker::EvictLongestIdle() {
-  Session* longest = nullptr;
-  for (Session* session : sessions_) {
-    if (session->idle() && !session->closing() && (!longest || session->idle_since() < longest->idle_since())) {
-      longest = session;
-    }
-  }
-  if (!longest) return false;
-  longest->CloseIfIdle();
-  return true;
-}
-
-io::Awaitable<void> Worker::SweepIdle() {
-  io::Timer timer(ioc_->get_executor());
-  bool trim_due = false;
-  // Runs while draining too: in-flight requests are still bounded by their deadlines.
-  for (;;) {
-    const Timeouts timeouts = runtime_->config().timeouts;  // a copy: a reload may swap runtime_
-    // A quarter of the shortest timeout it enforces, at most a second: a timeout fires at most
-    // 25% (or 1 s) late, and the sweep costs nothing noticeable at 10k connections.
-    const auto shortest = std::min({timeouts.idle, timeouts.header_read, timeouts.request});
-    const auto period = std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
-                                                              std::chrono::seconds(1));
-    timer.expires_after(period);
-    auto [ec] = co_await timer.async_wait(io::kTuple);
-    if (ec) co_return;
-    const auto now = std::chrono::steady_clock::now();
-    size_t cooled = 0;
-    // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
-    for (Session* session : sessions_) cooled += session->Sweep(now, timeouts.idle, period);
-    pool_->Sweep(now, period);
-    // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
-    // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).
-    // The sessions told to cool free their coroutines only as their reads complete: trim a
-    // period later.
-    if (trim_due) ReleaseFreeMemory();
-    trim_due = cooled >= kTrimAfterCooledSessions;
-  }
-}
-
-io::Awaitable<void> Worker::AcceptLoop() {
-  for (;;) {
-    auto [ec, socket] = co_await acceptor_->async_accept(io::kTuple);
-    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
-    if (ec) {
-      // Out of file descriptors and the like: back off briefly instead of spinning.
-      LogWarn("accept failed", {{"error", ec.message()}});
-      io::Timer pause(ioc_->get_executor(), std::chrono::milliseconds(50));
-      co_await pause.async_wait(io::kTuple);
-      continue;
-    }
-    if (shared_.connections.fetch_add(1, std::memory_order_relaxed) >= shared_.max_connections) {
-      // Full. Like nginx, give the slot of the longest-idle keep-alive connection to the new one
-      // (a flood of silent connections cannot lock clients out); refuse only when none is idle.
-      if (EvictLongestIdle()) {
-        shared_.metrics.connections_evicted().Increment();
-      } else {
-        shared_.connections.fetch_sub(1, std::memory_order_relaxed);
-        shared_.metrics.connections_refused().Increment();
-        boost::system::error_code ignored;
-        socket.close(ignored);
-        continue;
-      }
-    }
-    std::make_shared<Session>(*this, std::move(socket))->Start();
-  }
-}
 
 ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics)
     : config_(std::move(config)), registry_(registry), metrics_(metrics), shared_(metrics) {
@@ -231,12 +74,7 @@ void ProxyServer::BeginShutdown() {
 }
 
 bool ProxyServer::WaitDrained(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (shared_.connections.load() > 0) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
+  return shared_.connections.WaitEmpty(timeout);
 }
 
 void ProxyServer::Stop() {

@@ -1,27 +1,19 @@
 #include "server/session.h"
 
 #include "common/ascii.h"
-
 #include "common/log.h"
+#include "server/header_rewrite.h"
 #include "server/raw_head.h"
 #include "server/request_plan.h"
-#include "server/header_rewrite.h"
-#include "server/proxy_server.h"
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json/object.hpp>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <optional>
 
 namespace fencing {
@@ -36,55 +28,25 @@ namespace {
 
 using io::kTuple;
 
-// Relay buffer, held only while a request is being forwarded (idle connections hold none).
-constexpr size_t kRelayBufferSize = RelayBuffers::kSize;
 // A rejected request's body up to this size is read and dropped to keep the connection alive;
 // a larger one closes the connection instead of being read.
 constexpr uint64_t kDiscardLimit = 64 * 1024;
 constexpr size_t kFirstReadSize = 4 * 1024;
-constexpr uint64_t kMaxUpstreamHeaderBytes = 64 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kBufferedBodyBytes = 1024 * 1024;  // limits.buffered_body_bytes, until the config key lands
 
-bool ExpectsContinue(const http::request<http::buffer_body>& req) {
+template <typename Parser>
+bool ExpectsContinue(const Parser& parser) {
+  const auto& req = parser.get();
   return req.version() >= 11 && EqualsIgnoreCase(req[http::field::expect], "100-continue");
 }
 
-bool ResponseHasNoBody(unsigned status, bool head_request) {
-  return head_request || status / 100 == 1 || status == 204 || status == 304;
-}
-
-// timed_out: the session's deadline passed (Session::Sweep cancelled the exchange): 504. A connect
-// that ran out of timeouts.connect is a 502 like any other unreachable backend.
-Problem UpstreamProblem(const boost::system::error_code& ec, bool timed_out) {
-  Problem p;
-  if (timed_out) {
-    p.status = http::status::gateway_timeout;
-    p.type = "upstream-timeout";
-    p.title = "Backend too slow";
-    p.detail = "the backend did not answer within timeouts.request";
-  } else {
-    p.status = http::status::bad_gateway;
-    p.type = "upstream-unavailable";
-    p.title = "Backend unreachable";
-    p.detail = "the backend could not be reached: " + ec.message();
-  }
-  return p;
-}
-
-// Feeds a parser the body bytes already in buffer (usually the whole body came with the head),
-// into the relay buffer its body points to, without an I/O operation: an asynchronous read that
-// could complete at once still costs a trip through the scheduler. Stops when the message is
-// done, the buffered bytes run out, or the relay buffer is full; an error is the parser's.
-template <typename Parser, typename DynamicBuffer>
-boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
-  boost::system::error_code ec;
-  while (buffer.size() != 0 && !parser.is_done()) {
-    size_t used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    if (ec == http::error::need_more || ec == http::error::need_buffer) return {};
-    if (ec || used == 0) break;
-  }
-  return ec;
+// The decoder for the body the head announces (the head's framing passed the checks already).
+template <typename Parser>
+BodyDecoder DecoderFor(const Parser& parser, uint64_t max_body_bytes) {
+  if (auto length = parser.content_length()) return BodyDecoder::Length(*length);
+  if (parser.chunked()) return BodyDecoder::Chunked(max_body_bytes);
+  return BodyDecoder();
 }
 
 // A request waiting on a pending raise. The fence resolves it from any thread; the resolution
@@ -112,34 +74,6 @@ class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<
   bool resolved_ = false;
   Admission admission_ = Admission::kFailed;
   uint64_t max_token_ = 0;
-};
-
-// One gather write for the next hop: an optional head, then body bytes in the hop's framing
-// (chunk-size line and CRLF around them when chunked, and the last-chunk marker at the end).
-// Holds the chunk-size text its buffers point to: build it in place, do not copy it.
-class GatherWrite {
- public:
-  GatherWrite(std::string_view head, const char* data, size_t size, bool chunked, bool last) {
-    size_t count = 0;
-    if (!head.empty()) buffers_[count++] = asio::buffer(head.data(), head.size());
-    if (chunked && size > 0) {
-      int length = std::snprintf(size_line_, sizeof size_line_, "%zx\r\n", size);
-      buffers_[count++] = asio::buffer(size_line_, static_cast<size_t>(length));
-    }
-    if (size > 0) buffers_[count++] = asio::buffer(data, size);
-    if (chunked && size > 0) buffers_[count++] = asio::buffer(kCrLf.data(), kCrLf.size());
-    if (chunked && last) buffers_[count++] = asio::buffer(kLastChunk.data(), kLastChunk.size());
-  }
-  GatherWrite(const GatherWrite&) = delete;
-  GatherWrite& operator=(const GatherWrite&) = delete;
-
-  const std::array<asio::const_buffer, 5>& buffers() const { return buffers_; }  // unused ones are empty
-
- private:
-  static constexpr std::string_view kCrLf = "\r\n";
-  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-  char size_line_[24];
-  std::array<asio::const_buffer, 5> buffers_{};
 };
 
 // Plain heap allocation for a long-lived operation (a distinct type: Asio recycles its blocks
@@ -190,7 +124,7 @@ Session::Session(Worker& worker, io::Socket socket) : worker_(worker), socket_(s
 Session::~Session() {
   worker_.Unregister(this);
   worker_.shared().metrics.connections().Decrement();
-  worker_.shared().connections.fetch_sub(1, std::memory_order_relaxed);
+  worker_.shared().connections.Leave();
 }
 
 void Session::CloseIfIdle() {
@@ -203,7 +137,7 @@ void Session::CloseIfIdle() {
 
 void Session::SetDeadline(Clock::time_point deadline) {
   deadline_ = deadline;
-  timed_out_ = false;
+  cancel_.timed_out = false;
 }
 
 bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeout, std::chrono::milliseconds cool_after) {
@@ -212,10 +146,10 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
       // Past the deadline: whatever the session awaits on either socket fails now. Again at
       // every sweep until the session moves on: an operation that completed just before the
       // first cancel must not let the exchange run on unbounded.
-      timed_out_ = true;
+      cancel_.timed_out = true;
       boost::system::error_code ec;
       socket_.cancel(ec);
-      if (upstream_in_use_) upstream_in_use_->socket.cancel(ec);
+      if (cancel_.upstream) cancel_.upstream->socket.cancel(ec);
     }
     return false;
   }
@@ -311,7 +245,7 @@ io::Awaitable<bool> Session::ServeOne() {
   record_ = AccessRecord{Clock::now()};
   RequestParser parser;
   parser.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
-  parser.body_limit(config.limits.max_body_bytes);
+  parser.body_limit(config.limits.max_body_bytes);  // a Content-Length above it: 413 on the head
   std::optional<Problem> head_problem = co_await ReadHead(config, parser);
   if (!parser.is_header_done()) {
     if (head_problem) {
@@ -322,10 +256,58 @@ io::Awaitable<bool> Session::ServeOne() {
     }
     co_return false;
   }
-  ClearDeadline();  // header_read is over; a raise wait has its own timer
-  auto& req = parser.get();
+  ClearDeadline();  // header_read is over
 
-  RequestPlan plan = PlanRequest(req.base(), *runtime);
+  RequestPlan plan = PlanRequest(parser.get().base(), *runtime);
+  BodyDecoder decoder = DecoderFor(parser, config.limits.max_body_bytes);
+  const RouteMetrics& metrics = plan.metrics(*runtime);
+  bool keep_alive = false;
+  if (plan.action == RequestPlan::Action::kReject) {
+    metrics.Count(plan.outcome);
+    keep_alive = co_await Reject(parser, decoder, plan.problem, plan.close);
+    if (config.access_log) LogAccess(&parser, &plan);
+    co_return keep_alive;
+  }
+
+  // The body: what came with the head, then (whole or nothing) the rest of a body that fits
+  // limits.buffered_body_bytes, before the fence is asked: a slow upload holds up no raise.
+  RelayBuffers::Lease relay = worker_.relay_buffers().Take();
+  RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
+  const size_t keep = kBufferedBodyBytes;
+  body.Feed(buffer_, keep);
+  const bool fenced = plan.action == RequestPlan::Action::kFence;
+  if (!body.complete() && !body.failed()) {
+    if (fenced) {
+      // Refused on the head, before 100 Continue and before the body is read.
+      // (observe mode forwards what would be refused: it is asked once the body is in)
+      AdmitResult check = plan.route->fence->Check(plan.token, plan.route->config->max_token_jump);
+      if (check.admission != Admission::kAdmitted && plan.route->config->mode != FenceMode::kObserve) {
+        ApplyAdmission(plan, check.admission, check.max_token);
+        metrics.Count(plan.outcome);
+        BodyDecoder rest = body.decoder();
+        keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
+        if (config.access_log) LogAccess(&parser, &plan);
+        co_return keep_alive;
+      }
+    }
+    if (ExpectsContinue(parser)) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      SetDeadline(Clock::now() + config.timeouts.request);
+      auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
+      if (ec) co_return false;
+    }
+  }
+  // A body announced longer than the buffered limit streams: read what fits the relay buffer.
+  const bool stream = !body.decoder().chunked() && body.decoder().remaining_known() + body.size() > keep;
+  bool gone = false;
+  std::optional<Problem> body_problem = co_await ReadBody(body, stream ? 0 : keep, &gone);
+  if (gone || body_problem) {
+    metrics.Count(Outcome::kRejectedRequest);
+    if (body_problem) co_await WriteProblem(*body_problem, parser.get().version(), false);
+    if (config.access_log) LogAccess(&parser, nullptr);
+    co_return false;
+  }
+
   Fence* admitted = nullptr;
   if (plan.action == RequestPlan::Action::kFence) {
     // Most requests carry the current max: decided here, without a waiter or a coroutine.
@@ -339,20 +321,42 @@ io::Awaitable<bool> Session::ServeOne() {
     if (admission == Admission::kAdmitted) admitted = plan.route->fence;
     ApplyAdmission(plan, admission, max_token);
   }
-  const RouteMetrics& metrics = plan.metrics(*runtime);
-  bool keep_alive = false;
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
-    keep_alive = co_await Reject(parser, plan.problem, plan.close);
+    BodyDecoder rest = body.decoder();
+    keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
   } else {
-    std::optional<AdmissionGuard> admission;
-    if (plan.route) admission.emplace(admitted, metrics);
-    keep_alive = co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
-    upstream_in_use_ = nullptr;
+    AdmissionGuard admission(admitted, metrics);
+    keep_alive = co_await Forward(*runtime, parser, plan, body, relay);
   }
   ClearDeadline();
   if (config.access_log) LogAccess(&parser, &plan);
   co_return keep_alive;
+}
+
+io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_t keep, bool* gone) {
+  const auto& config = worker_.runtime()->config();
+  if (!body.complete() && !body.failed() && !body.full(keep)) {
+    SetDeadline(Clock::now() + config.timeouts.request);
+    boost::system::error_code ec = co_await body.Read(socket_, buffer_, keep);
+    if (ec) {
+      if (cancel_.timed_out) {
+        co_return MakeProblem(http::status::request_timeout, "body-timeout", "Request body too slow",
+                              "the request body did not arrive within timeouts.request");
+      }
+      *gone = true;  // the client went away: nothing of the request was sent
+      co_return std::nullopt;
+    }
+  }
+  if (body.decoder().status() == BodyDecoder::Status::kTooLarge) {
+    co_return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
+                          "the request body exceeds limits.max_body_bytes");
+  }
+  if (body.failed()) {
+    co_return MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
+                          std::string("the request body is refused because it has ") + body.decoder().reason());
+  }
+  co_return std::nullopt;
 }
 
 void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) const {
@@ -373,6 +377,7 @@ void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) co
     line["decision"] = OutcomeName(Outcome::kRejectedRequest);
   }
   if (record_.upstream_status) line["upstream_status"] = record_.upstream_status;
+  line["upstream_attempts"] = record_.upstream_attempts;
   line["bytes_in"] = record_.bytes_in;
   line["bytes_out"] = record_.bytes_out;
   line["duration_s"] = std::chrono::duration<double>(Clock::now() - record_.start).count();
@@ -439,215 +444,73 @@ io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uin
   co_return wait->admission();
 }
 
-io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& parser, std::string_view origin_target,
-                                       std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics) {
+io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser& parser, const RequestPlan& plan,
+                                     RequestBody& body, RelayBuffers::Lease& relay) {
   const ProxyConfig& config = runtime.config();
-  auto& req = parser.get();
+  const auto& req = parser.get();
+  const RouteMetrics& metrics = plan.metrics(runtime);
   const auto started = Clock::now();
-  const auto deadline = started + config.timeouts.request;
-  const bool head_request = req.method() == http::verb::head;
-  // The parser's flags, not the message's accessors: those search the fields again.
-  bool client_keep_alive = parser.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
-
   // The whole exchange is bounded by timeouts.request: an admitted write must end (or be cut
   // off) in bounded time, or a raise waiting for it would wait forever.
-  SetDeadline(deadline);
-
-  if (!parser.is_done() && ExpectsContinue(req)) {
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
-    if (ec) co_return false;
-  }
+  SetDeadline(started + config.timeouts.request);
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
-  const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, client_ip_,
-                                                        worker_.shared().backend_host, drop_header);
-  const bool chunked_request = !parser.content_length() && parser.chunked();
+  const std::string upstream_head =
+      UpstreamRequestHead(req.base(), plan.origin_target, client_ip_, worker_.shared().backend_host, plan.drop_header);
+  ExchangeRequest request;
+  request.head = upstream_head;
+  request.chunked = body.decoder().chunked();
+  request.idempotent = IsIdempotentMethod(req.method_string());
+  request.head_request = req.method() == http::verb::head;
+  request.client_version = req.version();
+  // The parser's flags, not the message's accessors: those search the fields again.
+  request.client_keep_alive = parser.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
+  request.keep = kBufferedBodyBytes;
 
-  RelayBuffers::Lease relay_buffer = worker_.relay_buffers().Take();
-  char* buf = relay_buffer.data();
-  boost::system::error_code ec;
-  std::unique_ptr<UpstreamConnection> upstream = co_await worker_.pool().Acquire(ec);
-
-  auto fail = [&](const boost::system::error_code& error) -> io::Awaitable<bool> {
-    metrics.Count(Outcome::kUpstreamError);
-    Problem p = UpstreamProblem(error, timed_out_);
-    co_return co_await Reject(parser, p, !parser.is_done());
-  };
-  if (!upstream) co_return co_await fail(ec);
-  upstream_in_use_ = upstream.get();
-
-  // Request: head and body, streamed. The first write carries the head with the first body
-  // bytes (one writev); a reused connection that turns out dead on that write is replaced once.
-  bool first_write = true;
-  bool single_write = true;  // the whole request went out in the first write (it can be resent)
-  size_t first_size = 0;     // body bytes in the first write (still in buf while single_write)
-  for (;;) {
-    size_t n = 0;
-    if (!parser.is_done()) {
-      req.body().data = buf;
-      req.body().size = kRelayBufferSize;
-      boost::system::error_code rec = ParseBuffered(parser, buffer_);
-      if (!rec && !parser.is_done() && req.body().size != 0) {
-        auto [read_ec, rn] = co_await http::async_read(socket_, buffer_, parser, kTuple);
-        rec = read_ec;
-      }
-      if (rec == http::error::need_buffer) rec = {};
-      if (rec) {
-        // The body broke off or broke the rules (a bad chunk, too long): the backend has a
-        // truncated request, so both connections close; the client hears why if it still listens.
-        metrics.Count(Outcome::kRejectedRequest);
-        if (rec == http::error::body_limit) {
-          co_await WriteProblem(MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                                            "the request body exceeds limits.max_body_bytes"),
-                                req.version(), false);
-        } else if (rec != http::error::end_of_stream && !timed_out_ && rec != asio::error::eof &&
-                   rec != asio::error::connection_reset) {
-          co_await WriteProblem(MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
-                                            "the request body could not be read: " + rec.message()),
-                                req.version(), false);
-        }
-        co_return false;
-      }
-      n = kRelayBufferSize - req.body().size;
-      record_.bytes_in += n;
-    }
-    const bool last = parser.is_done();
-    if (first_write) {
-      first_size = n;
-    } else {
-      single_write = false;
-    }
-    GatherWrite piece(first_write ? upstream_head : std::string_view{}, buf, n, chunked_request, last);
-    auto [wec, wn] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
-    if (wec && first_write && upstream->reused) {
-      upstream = co_await worker_.pool().Connect(ec);
-      if (!upstream) co_return co_await fail(ec);
-      upstream_in_use_ = upstream.get();
-      auto [rwec, rwn] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
-      wec = rwec;
-    }
-    if (wec) co_return co_await fail(wec);
-    first_write = false;
-    if (last) break;
+  Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
+  ExchangeResult result = co_await exchange.Run(request, body);
+  cancel_.upstream = nullptr;
+  record_.upstream_status = result.upstream_status;
+  record_.upstream_attempts = result.attempts;
+  record_.bytes_in = result.bytes_in;
+  record_.bytes_out = result.bytes_out;
+  if (result.problem) {
+    metrics.Count(result.upstream_failed ? Outcome::kUpstreamError : Outcome::kRejectedRequest);
+    SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
+    // The connection is kept only when the request was read to its end.
+    co_return co_await WriteProblem(*result.problem, req.version(), result.keep_alive || (body.complete() && request.client_keep_alive && result.upstream_failed));
   }
-
-  // Response head; 1xx interim responses are dropped (the proxy answered 100-continue itself).
-  std::optional<http::response_parser<http::buffer_body>> response_parser;
-  for (int attempt = 0;; ++attempt) {
-    response_parser.emplace();
-    response_parser->header_limit(kMaxUpstreamHeaderBytes);
-    response_parser->body_limit(boost::none);
-    if (head_request) response_parser->skip(true);
-    auto [hec, hn] = co_await http::async_read_header(upstream->socket, upstream->buffer, *response_parser, kTuple);
-    if (!hec) {
-      unsigned status = response_parser->get().result_int();
-      if (status / 100 == 1 && status != 101) {
-        --attempt;
-        continue;
-      }
-      break;
-    }
-    // A pooled connection the backend closed just before this request: resend once on a new
-    // one if the whole request is still in hand.
-    bool closed_before_answer = hec == http::error::end_of_stream || hec == asio::error::connection_reset;
-    if (attempt == 0 && closed_before_answer && upstream->reused && single_write) {
-      upstream = co_await worker_.pool().Connect(ec);
-      if (!upstream) co_return co_await fail(ec);
-      upstream_in_use_ = upstream.get();
-      GatherWrite again(upstream_head, buf, first_size, chunked_request, true);
-      auto [rwec, rwn] = co_await asio::async_write(upstream->socket, again.buffers(), kTuple);
-      if (rwec) co_return co_await fail(rwec);
-      continue;
-    }
-    co_return co_await fail(hec);
+  // The backend answered: the request's outcome is settled.
+  metrics.Count(plan.outcome);
+  record_.status = result.status;
+  if (result.status != 0) {
+    metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
   }
-
-  // The backend answered: the request's outcome is settled (counted before the client can see
-  // the response, so a scrape right after it sees the count).
-  metrics.Count(outcome);
-  auto& upstream_res = response_parser->get();
-  const unsigned status = upstream_res.result_int();
-  record_.upstream_status = status;
-  record_.status = status;
-  const bool no_body = ResponseHasNoBody(status, head_request);
-  // false for a body delimited by the backend's close, too: such a connection cannot be reused.
-  const bool upstream_keep_alive = response_parser->keep_alive();
-
-  // Framing for the client: the backend's Content-Length when it sent one; otherwise chunked to
-  // an HTTP/1.1 client and close-delimited to an HTTP/1.0 one.
-  BodyFraming framing = BodyFraming::kNone;
-  if (response_parser->content_length()) {
-    framing = BodyFraming::kLength;
-  } else if (!no_body) {
-    framing = req.version() >= 11 ? BodyFraming::kChunked : BodyFraming::kClose;
-    if (framing == BodyFraming::kClose) client_keep_alive = false;
-  }
-  const std::string client_head = ClientResponseHead(upstream_res.base(), req.version(), framing, client_keep_alive);
-  const bool chunked_response = framing == BodyFraming::kChunked;
-
-  bool response_started = false;
-  for (;;) {
-    size_t n = 0;
-    if (!no_body && !response_parser->is_done()) {
-      upstream_res.body().data = buf;
-      upstream_res.body().size = kRelayBufferSize;
-      boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
-      if (!rec && !response_parser->is_done() && upstream_res.body().size == kRelayBufferSize) {
-        // Whatever arrives is relayed at once (read_some): a response that streams slowly
-        // reaches the client as it comes, not when a relay buffer's worth has piled up.
-        auto [read_ec, rn] =
-            co_await http::async_read_some(upstream->socket, upstream->buffer, *response_parser, kTuple);
-        rec = read_ec;
-      }
-      if (rec == http::error::need_buffer) rec = {};
-      if (rec) {
-        if (!response_started) {
-          Problem problem = UpstreamProblem(rec, timed_out_);
-          SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
-          co_return co_await WriteProblem(problem, req.version(), false);
-        }
-        co_return false;  // the client saw a partial response: closing tells it so
-      }
-      n = kRelayBufferSize - upstream_res.body().size;
-      record_.bytes_out += n;
-    }
-    const bool last = no_body || response_parser->is_done();
-    if (n == 0 && !last && response_started) continue;  // only framing arrived: nothing to send
-    GatherWrite piece(response_started ? std::string_view{} : client_head, buf, n, chunked_response, last);
-    auto [wec, wn] = co_await asio::async_write(socket_, piece.buffers(), kTuple);
-    response_started = true;
-    if (wec) co_return false;  // the client went away; the backend connection is dropped with it
-    if (last) break;
-  }
-
-  metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
-  upstream_in_use_ = nullptr;
-  if (upstream_keep_alive && (no_body || response_parser->is_done())) {
-    worker_.pool().Release(std::move(upstream));
-  }
-  // A request body the backend did not wait for is still to be read before the next request.
-  if (!parser.is_done()) co_return false;
-  co_return client_keep_alive;
+  co_return result.keep_alive;
 }
 
-io::Awaitable<bool> Session::Reject(RequestParser& parser, const Problem& problem, bool force_close) {
+io::Awaitable<bool> Session::Reject(const RequestParser& parser, BodyDecoder& body, const Problem& problem,
+                                    bool force_close) {
   const auto& req = parser.get();
   // Decide on the head: the body of a rejected request is never forwarded, and read only when it
   // is small and already on its way (no 100-continue was asked for).
-  bool body_pending = !parser.is_done();
-  bool keep_alive = parser.keep_alive() && !force_close && !worker_.shared().draining.load(std::memory_order_relaxed);
+  const bool body_pending = !body.done();
+  bool keep_alive = parser.keep_alive() && !force_close && problem.status != http::status::bad_request &&
+                    !worker_.shared().draining.load(std::memory_order_relaxed);
   bool discard = false;
   if (body_pending && keep_alive) {
-    auto length = parser.content_length();
-    discard = !ExpectsContinue(req) && length && *length <= kDiscardLimit;
+    discard = !ExpectsContinue(parser) && !body.chunked() && body.remaining_known() <= kDiscardLimit;
     keep_alive = discard;
   }
   const auto& config = worker_.runtime()->config();
   SetDeadline(Clock::now() + config.timeouts.request);
-  if (!co_await WriteProblem(problem, req.version(), keep_alive)) co_return false;
-  if (discard) co_return co_await DiscardBody(parser);
-  if (body_pending) linger_ = true;
+  if (!co_await WriteProblem(problem, req.version(), keep_alive)) {
+    // Closing with request bytes possibly still on their way: linger, or the kernel's RST could
+    // destroy the answer in flight.
+    linger_ = body_pending || buffer_.size() != 0 || problem.status == http::status::bad_request;
+    co_return false;
+  }
+  if (discard) co_return co_await DiscardBody(body);
   co_return keep_alive;
 }
 
@@ -658,17 +521,20 @@ io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned versi
   co_return !ec && keep_alive;
 }
 
-io::Awaitable<bool> Session::DiscardBody(RequestParser& parser) {
+io::Awaitable<bool> Session::DiscardBody(BodyDecoder& body) {
   char scratch[1024];
   SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
-  while (!parser.is_done()) {
-    parser.get().body().data = scratch;
-    parser.get().body().size = sizeof scratch;
-    auto [ec, n] = co_await http::async_read(socket_, buffer_, parser, kTuple);
-    if (ec == http::error::need_buffer) continue;
+  for (;;) {
+    while (buffer_.size() != 0 && !body.done() && !body.failed()) {
+      std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+      buffer_.consume(body.Decode(bytes, scratch, sizeof scratch).consumed);
+    }
+    if (body.done()) co_return true;
+    if (body.failed()) co_return false;
+    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
     if (ec) co_return false;
+    buffer_.commit(n);
   }
-  co_return true;
 }
 
 io::Awaitable<void> Session::LingeringClose() {

@@ -1,20 +1,23 @@
 #pragma once
 // One client connection: read a request head, decide on the head alone (path, route, token,
-// fence), then either answer with a problem or forward it and relay both bodies as they stream.
-// A connection lives on one worker thread from accept to close.
+// fence), answer with a problem or read the body (whole when it fits
+// limits.buffered_body_bytes), take the fence's admission, and hand the request to an Exchange
+// (server/exchange.h). Between requests it idles without a coroutine or a buffer. A connection
+// lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
+#include "server/worker.h"
 #include "common/io.h"
 #include "common/page_allocator.h"
+#include "server/exchange.h"
 #include "server/problem.h"
+#include "server/request_body.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
-#include "upstream/upstream_pool.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 
 #include <chrono>
@@ -23,8 +26,6 @@
 #include <string>
 
 namespace fencing {
-
-class Worker;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -48,14 +49,15 @@ class Session : public std::enable_shared_from_this<Session> {
              std::chrono::milliseconds cool_after);
 
  private:
-  using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body>;
+  // The head only: bodies are decoded by BodyDecoder (http/body_decoder.h).
+  using RequestParser = boost::beast::http::request_parser<boost::beast::http::empty_body>;
 
   // Serves requests while they keep coming; when the connection idles, hands over to WaitCold.
   io::Awaitable<void> Run();
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
   void WaitCold();
   void Close();
-  // The time by which the current step must end (enforced by Sweep); resets timed_out_.
+  // The time by which the current step must end (enforced by Sweep); resets the timed-out flag.
   void SetDeadline(std::chrono::steady_clock::time_point deadline);
   void ClearDeadline() { SetDeadline(std::chrono::steady_clock::time_point::max()); }
   io::Awaitable<bool> ServeOne();  // true: keep the connection for another request
@@ -66,13 +68,17 @@ class Session : public std::enable_shared_from_this<Session> {
   // that gives up after deadline.
   io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
                                         std::chrono::milliseconds deadline);
-  io::Awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
-                              std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics);
+  // Reads the body of an admitted-to-be request: all of it when it fits `keep`. Returns a problem
+  // (400, 408, 413) or nullopt; *gone when the client went away (nothing to answer).
+  io::Awaitable<std::optional<Problem>> ReadBody(RequestBody& body, size_t keep, bool* gone);
+  io::Awaitable<bool> Forward(const Runtime& runtime, const RequestParser& parser, const RequestPlan& plan,
+                              RequestBody& body, RelayBuffers::Lease& relay);
   // Answers with a problem; reads and drops a small unread body to keep the connection, else
-  // closes it. Returns whether the connection may serve another request.
-  io::Awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);
+  // closes it. Every 400 closes: after a malformed message the next request's boundary is
+  // unknown. Returns whether the connection may serve another request.
+  io::Awaitable<bool> Reject(const RequestParser& parser, BodyDecoder& body, const Problem& problem, bool force_close);
   io::Awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
-  io::Awaitable<bool> DiscardBody(RequestParser& parser);
+  io::Awaitable<bool> DiscardBody(BodyDecoder& body);
   io::Awaitable<void> LingeringClose();
 
   // What the access log says about the request being served.
@@ -80,6 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::chrono::steady_clock::time_point start;
     unsigned status = 0;           // sent to the client
     unsigned upstream_status = 0;  // 0: the backend was not asked, or did not answer
+    unsigned upstream_attempts = 0;  // requests written to a backend connection (a resend is 2)
     uint64_t bytes_in = 0;         // request body bytes forwarded
     uint64_t bytes_out = 0;        // response body bytes relayed
   };
@@ -89,11 +96,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
   io::Socket socket_;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
-  bool timed_out_ = false;  // the deadline passed: Sweep cancels what the session awaits
-  UpstreamConnection* upstream_in_use_ = nullptr;  // cancelled with the client socket on timeout
+  // The deadline passed (Sweep cancels what the session awaits), and the backend connection an
+  // exchange is using, cancelled with the client socket then.
+  ExchangeCancel cancel_;
   // Bytes read from the client and not yet parsed. Kept between requests while the connection is
   // busy (the next request is read straight into it); given back once it idles (Sweep).
-  boost::beast::basic_flat_buffer<PageAllocator<char>> buffer_;
+  ClientBuffer buffer_;
   std::string client_ip_;
   bool idle_ = false;      // waiting for the first byte of a request
   std::chrono::steady_clock::time_point idle_since_;

@@ -4,7 +4,10 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 
 namespace fencing {
 
@@ -17,17 +20,24 @@ UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> end
 
 UpstreamPool::~UpstreamPool() = default;
 
-io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
-  if (!idle_.empty()) {
+io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec, bool verify) {
+  while (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
     // Stop watching for the backend's close; the aborted wait completes without touching it.
     if (idle_.back().watched) connection->socket.cancel(ec);
     ec = {};
     idle_.pop_back();
+    if (verify && !StillOpen(*connection)) continue;  // closed meanwhile: dropped, try the next
     connection->reused = true;
     co_return connection;
   }
   co_return co_await Connect(ec);
+}
+
+bool UpstreamPool::StillOpen(UpstreamConnection& connection) {
+  char byte;
+  ssize_t n = ::recv(connection.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {

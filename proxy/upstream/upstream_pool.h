@@ -31,8 +31,10 @@ class UpstreamPool {
   ~UpstreamPool();
 
   // An idle pooled connection, or a new one (connect bounded by connect_timeout). On failure,
-  // returns null and sets ec.
-  io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec);
+  // returns null and sets ec. verify: make sure first that a pooled connection is still open
+  // (one non-blocking peek, a syscall): for a request that must not be resent once it may have
+  // reached the backend, a connection the backend has already closed must not be used at all.
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec, bool verify = false);
 
   // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
   io::Awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
@@ -58,6 +60,8 @@ class UpstreamPool {
     bool watched = false;
   };
   void WatchIdle(Idle& idle);
+  // False when the backend has closed the connection (or sent bytes nobody asked for).
+  static bool StillOpen(UpstreamConnection& connection);
   void DropIdle(uint64_t id);
 
   boost::asio::io_context& ioc_;

@@ -180,6 +180,23 @@ TEST_F(FenceTest, AdmitWithoutWaitingDecidesWhatNeedsNoWaitAndChangesNothingElse
   EXPECT_EQ(fence_->AdmitWithoutWaiting(7).admission, Admission::kFailed);
 }
 
+TEST_F(FenceTest, CheckRefusesWhatAdmitWouldRefuseAndHoldsNothing) {
+  EXPECT_TRUE(Is(Admission::kAdmitted, 5, fence_->Check(5)));
+  EXPECT_TRUE(Is(Admission::kAdmitted, 5, fence_->Check(9)));  // would raise
+  EXPECT_TRUE(Is(Admission::kStale, 5, fence_->Check(4)));
+  EXPECT_TRUE(Is(Admission::kTooFar, 5, fence_->Check(100, 10)));
+  FenceSnapshot s = fence_->Snapshot();
+  EXPECT_EQ(s.inflight, 0u) << "a check admits nothing";
+  EXPECT_EQ(s.pending, 0u) << "a check starts no raise";
+  EXPECT_TRUE(persister_.calls.empty());
+  // A pending raise counts as the max.
+  EXPECT_TRUE(Is(Admission::kWaiting, 7, fence_->Admit(7, w1_)));
+  EXPECT_TRUE(Is(Admission::kStale, 7, fence_->Check(5)));
+  EXPECT_TRUE(Is(Admission::kAdmitted, 7, fence_->Check(7)));
+  state_failed_ = true;
+  EXPECT_EQ(fence_->Check(7).admission, Admission::kFailed);
+}
+
 TEST_F(FenceTest, FreshFenceAdmitsTokenZero) {
   auto fence = MakeFence(0);
   EXPECT_TRUE(Is(Admission::kAdmitted, 0, fence->Admit(0, w1_)));

@@ -1,0 +1,270 @@
+#include "server/exchange.h"
+
+#include "server/header_rewrite.h"
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+
+#include <array>
+#include <cstdio>
+
+namespace fencing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using io::kTuple;
+
+namespace {
+
+constexpr uint64_t kMaxUpstreamHeaderBytes = 64 * 1024;
+
+bool ResponseHasNoBody(unsigned status, bool head_request) {
+  return head_request || status / 100 == 1 || status == 204 || status == 304;
+}
+
+// Feeds a parser the body bytes already in buffer (usually the whole body came with the head),
+// into the relay buffer its body points to, without an I/O operation: an asynchronous read that
+// could complete at once still costs a trip through the scheduler. Stops when the message is
+// done, the buffered bytes run out, or the relay buffer is full; an error is the parser's.
+template <typename Parser, typename DynamicBuffer>
+boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
+  boost::system::error_code ec;
+  while (buffer.size() != 0 && !parser.is_done()) {
+    size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more || ec == http::error::need_buffer) return {};
+    if (ec || used == 0) break;
+  }
+  return ec;
+}
+
+// One gather write for the next hop: an optional head, then body bytes in the hop's framing
+// (chunk-size line and CRLF around them when chunked, and the last-chunk marker at the end).
+// Holds the chunk-size text its buffers point to: build it in place, do not copy it.
+class GatherWrite {
+ public:
+  GatherWrite(std::string_view head, const char* data, size_t size, bool chunked, bool last) {
+    size_t count = 0;
+    if (!head.empty()) buffers_[count++] = asio::buffer(head.data(), head.size());
+    if (chunked && size > 0) {
+      int length = std::snprintf(size_line_, sizeof size_line_, "%zx\r\n", size);
+      buffers_[count++] = asio::buffer(size_line_, static_cast<size_t>(length));
+    }
+    if (size > 0) buffers_[count++] = asio::buffer(data, size);
+    if (chunked && size > 0) buffers_[count++] = asio::buffer(kCrLf.data(), kCrLf.size());
+    if (chunked && last) buffers_[count++] = asio::buffer(kLastChunk.data(), kLastChunk.size());
+  }
+  GatherWrite(const GatherWrite&) = delete;
+  GatherWrite& operator=(const GatherWrite&) = delete;
+
+  const std::array<asio::const_buffer, 5>& buffers() const { return buffers_; }  // unused ones are empty
+
+ private:
+  static constexpr std::string_view kCrLf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  char size_line_[24];
+  std::array<asio::const_buffer, 5> buffers_{};
+};
+
+Problem RequestBodyProblem(const BodyDecoder& decoder) {
+  if (decoder.status() == BodyDecoder::Status::kTooLarge) {
+    return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
+                       "the request body exceeds limits.max_body_bytes");
+  }
+  return MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
+                     std::string("the request body is refused because it has ") + decoder.reason());
+}
+
+}  // namespace
+
+bool IsIdempotentMethod(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" || method == "DELETE";
+}
+
+Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
+  // timed_out: the connection's deadline passed (its sweep cancelled the exchange): 504. A connect
+  // that ran out of timeouts.connect is a 502 like any other unreachable backend.
+  if (cancel_.timed_out) {
+    return MakeProblem(http::status::gateway_timeout, "upstream-timeout", "Backend too slow",
+                       "the backend did not answer within timeouts.request");
+  }
+  return MakeProblem(http::status::bad_gateway, "upstream-unavailable", "Backend unreachable",
+                     "the backend could not be reached or closed the connection without an answer: " + ec.message());
+}
+
+void Exchange::Fail(ExchangeResult& result, const boost::system::error_code& ec) const {
+  result.problem = UpstreamProblem(ec);
+  result.upstream_failed = true;
+}
+
+io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Reconnect(boost::system::error_code& ec) {
+  cancel_.upstream = nullptr;
+  std::unique_ptr<UpstreamConnection> upstream = co_await pool_.Connect(ec);
+  cancel_.upstream = upstream.get();
+  co_return upstream;
+}
+
+io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request,
+                                                    RequestBody& body, ExchangeResult& result,
+                                                    boost::system::error_code& ec) {
+  bool first = true;
+  for (;;) {
+    const bool last = body.complete();
+    GatherWrite piece(first ? request.head : std::string_view{}, body.data(), body.size(), request.chunked, last);
+    auto [wec, written] = co_await asio::async_write(upstream.socket, piece.buffers(), kTuple);
+    if (wec) {
+      ec = wec;
+      co_return first && written == 0 ? Sent::kRefused : Sent::kFailed;
+    }
+    first = false;
+    if (last) break;
+    // A body too long to hold: what was held has gone; the rest is relayed as it arrives.
+    body.DropHeld();
+    if (auto rec = co_await body.Read(client_, client_buffer_, relay_size_); rec) {
+      ec = rec;
+      co_return Sent::kBodyFailed;
+    }
+    if (body.failed()) co_return Sent::kBodyFailed;
+  }
+  result.bytes_in = body.decoder().body_bytes();
+  co_return Sent::kOk;
+}
+
+io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
+  ExchangeResult result;
+  ResponseParser response_parser;
+  std::unique_ptr<UpstreamConnection> upstream = co_await Send(request, body, response_parser, result);
+  if (upstream) co_await Relay(request, std::move(upstream), response_parser, result);
+  co_return result;
+}
+
+io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Send(const ExchangeRequest& request, RequestBody& body,
+                                                                  ResponseParser& response_parser,
+                                                                  ExchangeResult& result) {
+  boost::system::error_code ec;
+  std::unique_ptr<UpstreamConnection> upstream = co_await pool_.Acquire(ec, !request.idempotent);
+  if (!upstream) {
+    Fail(result, ec);
+    co_return nullptr;
+  }
+  cancel_.upstream = upstream.get();
+
+  // The request, and the response head; 1xx interim responses are dropped (the proxy answered
+  // 100-continue itself).
+  for (;;) {
+    ++result.attempts;
+    // Only a pooled connection can have gone stale unnoticed; only the first attempt is retried;
+    // only what is still in hand can be sent again.
+    const bool may_resend = upstream->reused && result.attempts == 1 && body.resendable();
+    Sent sent = co_await SendRequest(*upstream, request, body, result, ec);
+    if (sent == Sent::kBodyFailed) {
+      // The client's body broke off or broke the rules mid-stream: the backend has a truncated
+      // request, so both connections close; the client hears why if it still listens.
+      if (body.failed()) result.problem = RequestBodyProblem(body.decoder());
+      result.keep_alive = false;
+      co_return nullptr;
+    }
+    if (sent == Sent::kRefused && may_resend) {
+      // Closed before a byte of the request was written: it cannot have reached the backend.
+      upstream = co_await Reconnect(ec);
+      if (!upstream) break;
+      continue;
+    }
+    if (sent == Sent::kOk) {
+      ec = co_await ReadResponseHead(*upstream, request, response_parser);
+      if (!ec) co_return upstream;
+    }
+    // The request may have reached the backend: resent only when repeating it is harmless.
+    if (request.idempotent && may_resend && body.whole() && !cancel_.timed_out) {
+      upstream = co_await Reconnect(ec);
+      if (!upstream) break;
+      continue;
+    }
+    break;
+  }
+  Fail(result, ec);
+  co_return nullptr;
+}
+
+io::Awaitable<boost::system::error_code> Exchange::ReadResponseHead(UpstreamConnection& upstream,
+                                                                    const ExchangeRequest& request,
+                                                                    ResponseParser& response_parser) {
+  for (;;) {
+    response_parser.emplace();
+    response_parser->header_limit(kMaxUpstreamHeaderBytes);
+    response_parser->body_limit(boost::none);
+    if (request.head_request) response_parser->skip(true);
+    auto [ec, n] = co_await http::async_read_header(upstream.socket, upstream.buffer, *response_parser, kTuple);
+    if (ec) co_return ec;
+    unsigned status = response_parser->get().result_int();
+    if (status / 100 != 1 || status == 101) co_return ec;
+  }
+}
+
+io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
+                                    ResponseParser& response_parser, ExchangeResult& result) {
+  auto& upstream_res = response_parser->get();
+  const unsigned status = upstream_res.result_int();
+  result.upstream_status = status;
+  const bool no_body = ResponseHasNoBody(status, request.head_request);
+  // false for a body delimited by the backend's close, too: such a connection cannot be reused.
+  const bool upstream_keep_alive = response_parser->keep_alive();
+  result.keep_alive = request.client_keep_alive;
+
+  // Framing for the client: the backend's Content-Length when it sent one; otherwise chunked to
+  // an HTTP/1.1 client and close-delimited to an HTTP/1.0 one.
+  BodyFraming framing = BodyFraming::kNone;
+  if (response_parser->content_length()) {
+    framing = BodyFraming::kLength;
+  } else if (!no_body) {
+    framing = request.client_version >= 11 ? BodyFraming::kChunked : BodyFraming::kClose;
+    if (framing == BodyFraming::kClose) result.keep_alive = false;
+  }
+  const std::string client_head =
+      ClientResponseHead(upstream_res.base(), request.client_version, framing, result.keep_alive);
+  const bool chunked_response = framing == BodyFraming::kChunked;
+
+  bool response_started = false;
+  for (;;) {
+    size_t n = 0;
+    if (!no_body && !response_parser->is_done()) {
+      upstream_res.body().data = relay_;
+      upstream_res.body().size = relay_size_;
+      boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
+      if (!rec && !response_parser->is_done() && upstream_res.body().size == relay_size_) {
+        // Whatever arrives is relayed at once (read_some): a response that streams slowly
+        // reaches the client as it comes, not when a relay buffer's worth has piled up.
+        auto [read_ec, rn] =
+            co_await http::async_read_some(upstream->socket, upstream->buffer, *response_parser, kTuple);
+        rec = read_ec;
+      }
+      if (rec == http::error::need_buffer) rec = {};
+      if (rec) {
+        result.keep_alive = false;
+        if (!response_started) Fail(result, rec);
+        co_return;  // the client saw a partial response: closing tells it so
+      }
+      n = relay_size_ - upstream_res.body().size;
+      result.bytes_out += n;
+    }
+    const bool last = no_body || response_parser->is_done();
+    if (n == 0 && !last && response_started) continue;  // only framing arrived: nothing to send
+    GatherWrite piece(response_started ? std::string_view{} : client_head, relay_, n, chunked_response, last);
+    auto [wec, wn] = co_await asio::async_write(client_, piece.buffers(), kTuple);
+    response_started = true;
+    result.status = status;
+    if (wec) {
+      result.keep_alive = false;  // the client went away; the backend connection is dropped with it
+      co_return;
+    }
+    if (last) break;
+  }
+
+  cancel_.upstream = nullptr;
+  if (upstream_keep_alive) pool_.Release(std::move(upstream));
+}
+
+}  // namespace fencing

@@ -1,0 +1,105 @@
+#pragma once
+// One forwarded request: the request (head and body) to the backend, the response head (1xx
+// dropped, the resend rule), the response body to the client, and the backend connection back to
+// the pool. It decides nothing about fences: the session admits the request first and releases
+// the admission when the exchange has ended.
+//
+// At most once. A request is resent on a new backend connection only when it cannot have reached
+// the backend (a pooled connection refused its first write outright), or when it may have but
+// its method is idempotent (GET, HEAD, OPTIONS, PUT, DELETE), the connection was a pooled one and
+// the whole request is still in hand; and only once. A non-idempotent request (POST, PATCH, ...)
+// checks that a pooled connection is still open before it is written at all, and is never resent
+// once a byte of it may have reached the backend: the client gets 502.
+//
+// Tests drive it over real sockets against a scripted backend (tests/unit/server/exchange_test.cpp).
+
+#include "common/io.h"
+#include "server/problem.h"
+#include "server/request_body.h"
+#include "upstream/upstream_pool.h"
+
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace fencing {
+
+// Shared between an exchange and the connection's deadline: the connection's sweep sets
+// timed_out and cancels the client socket and `upstream` once the deadline has passed.
+struct ExchangeCancel {
+  bool timed_out = false;
+  UpstreamConnection* upstream = nullptr;
+};
+
+struct ExchangeRequest {
+  std::string_view head;      // the request head for the backend, framed like the body
+  bool chunked = false;       // the body goes as chunks (else as Content-Length says, or none)
+  bool idempotent = false;    // may be resent once after it may have reached the backend
+  bool head_request = false;  // HEAD: the response has no body
+  unsigned client_version = 11;
+  bool client_keep_alive = true;
+  size_t keep = 0;            // limits.buffered_body_bytes: how much of the body may be held
+};
+
+struct ExchangeResult {
+  // Nothing of the response has gone to the client: answer with this problem (502, 504, or a
+  // 400/413 for a request body that broke off or broke the rules).
+  std::optional<Problem> problem;
+  bool upstream_failed = false;  // problem is the backend's fault (counted as upstream_error)
+  bool keep_alive = false;       // the client connection may serve another request
+  unsigned status = 0;           // relayed to the client (0 with a problem)
+  unsigned upstream_status = 0;
+  unsigned attempts = 0;         // requests written to a backend connection
+  uint64_t bytes_in = 0;         // request body bytes forwarded
+  uint64_t bytes_out = 0;        // response body bytes relayed
+};
+
+// RFC 9110 section 9.2.2, as the contract lists them.
+bool IsIdempotentMethod(std::string_view method);
+
+class Exchange {
+ public:
+  // relay: the worker's relay buffer for the response body (and a streamed request body).
+  Exchange(io::Socket& client, ClientBuffer& client_buffer, UpstreamPool& pool, ExchangeCancel& cancel,
+           char* relay, size_t relay_size)
+      : client_(client), client_buffer_(client_buffer), pool_(pool), cancel_(cancel), relay_(relay),
+        relay_size_(relay_size) {}
+
+  // body: what the session has read of the request body (all of it when it fits request.keep).
+  io::Awaitable<ExchangeResult> Run(const ExchangeRequest& request, RequestBody& body);
+
+ private:
+  using ResponseParser = std::optional<boost::beast::http::response_parser<boost::beast::http::buffer_body>>;
+  enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
+  // Sends the request (resending it where the rule allows) and reads the response head. Returns
+  // the connection the head came on, or null with result.problem set.
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Send(const ExchangeRequest& request, RequestBody& body,
+                                                          ResponseParser& response_parser, ExchangeResult& result);
+  // The response head after any 1xx.
+  io::Awaitable<boost::system::error_code> ReadResponseHead(UpstreamConnection& upstream,
+                                                            const ExchangeRequest& request,
+                                                            ResponseParser& response_parser);
+  // The response to the client; the connection goes back to the pool when it can be reused.
+  io::Awaitable<void> Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
+                            ResponseParser& response_parser, ExchangeResult& result);
+  // Writes the request: head and held body bytes, then (streaming) the rest as it arrives.
+  // kRefused: the first write failed with nothing written (the connection was already closed).
+  io::Awaitable<Sent> SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request, RequestBody& body,
+                                  ExchangeResult& result, boost::system::error_code& ec);
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Reconnect(boost::system::error_code& ec);
+  Problem UpstreamProblem(const boost::system::error_code& ec) const;
+  void Fail(ExchangeResult& result, const boost::system::error_code& ec) const;
+
+  io::Socket& client_;
+  ClientBuffer& client_buffer_;
+  UpstreamPool& pool_;
+  ExchangeCancel& cancel_;
+  char* relay_;
+  size_t relay_size_;
+};
+
+}  // namespace fencing

@@ -1,0 +1,47 @@
+#include "server/request_body.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fencing {
+
+namespace {
+constexpr size_t kReadSize = 16 * 1024;
+}  // namespace
+
+bool RequestBody::MakeRoom(size_t keep) {
+  if (size_ < capacity_) return true;
+  const size_t limit = capacity_limit(keep);
+  if (capacity_ >= limit) return false;
+  // Grow: to the known rest of a Content-Length body at once, else doubling.
+  size_t want = std::max(capacity_ * 2, size_ + static_cast<size_t>(std::min<uint64_t>(decoder_.remaining_known(), limit)));
+  want = std::min(want, limit);
+  auto grown = std::unique_ptr<char[]>(new char[want]);
+  std::memcpy(grown.get(), data_, size_);
+  own_ = std::move(grown);
+  data_ = own_.get();
+  capacity_ = want;
+  return true;
+}
+
+void RequestBody::Feed(ClientBuffer& in, size_t keep) {
+  while (in.size() != 0 && decoder_.status() == BodyDecoder::Status::kNeedMore && MakeRoom(keep)) {
+    std::string_view bytes(static_cast<const char*>(in.data().data()), in.size());
+    BodyDecoder::Step step = decoder_.Decode(bytes, data_ + size_, capacity_ - size_);
+    in.consume(step.consumed);
+    size_ += step.produced;
+    if (step.consumed == 0 && step.produced == 0) break;
+  }
+}
+
+io::Awaitable<boost::system::error_code> RequestBody::Read(io::Socket& client, ClientBuffer& in, size_t keep) {
+  for (;;) {
+    Feed(in, keep);
+    if (decoder_.status() != BodyDecoder::Status::kNeedMore || full(keep)) co_return boost::system::error_code{};
+    auto [ec, n] = co_await client.async_read_some(in.prepare(kReadSize), io::kTuple);
+    if (ec) co_return ec;
+    in.commit(n);
+  }
+}
+
+}  // namespace fencing

@@ -1,0 +1,132 @@
+#pragma once
+// A worker: one io_context and one thread, with its own SO_REUSEPORT listener, its own upstream
+// pool and its own relay buffers, so a connection lives on one thread from accept to close and
+// the hot path shares nothing but the fences and the metrics. Its periodic sweep enforces the
+// connections' timeouts and takes back the buffers of idle ones.
+
+#include "common/io.h"
+#include "common/status.h"
+#include "server/runtime.h"
+#include "upstream/upstream_pool.h"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fencing {
+
+class Metrics;
+class Session;
+
+// Counts open client connections, across workers; shutdown waits on it for the count to reach
+// zero (Seastar's gate): Enter on accept, Leave when the connection is gone.
+class DrainGate {
+ public:
+  uint64_t Enter();  // the count with this one
+  void Leave();
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  // True if the count reached zero before the timeout.
+  bool WaitEmpty(std::chrono::milliseconds timeout);
+
+ private:
+  std::atomic<uint64_t> count_{0};
+  std::mutex mu_;
+  std::condition_variable empty_;
+};
+
+// What every worker shares. Fields are set before the workers start and never reassigned,
+// except the atomics.
+struct ServerShared {
+  explicit ServerShared(Metrics& m) : metrics(m) {}
+  Metrics& metrics;
+  std::string backend_host;  // Host header for requests that came without one
+  std::atomic<bool> draining{false};
+  DrainGate connections;  // open client connections
+  uint64_t max_connections = 0;
+};
+
+// Relay buffers for the requests a worker is forwarding, reused instead of allocated per request.
+// Only the worker's thread touches it; idle connections hold none.
+class RelayBuffers {
+ public:
+  static constexpr size_t kSize = 16 * 1024;
+  static constexpr size_t kKeep = 64;  // spares kept; more concurrent requests allocate and free
+
+  struct Lease {
+    RelayBuffers* owner;
+    std::unique_ptr<char[]> buffer;
+    Lease(RelayBuffers* o, std::unique_ptr<char[]> b) : owner(o), buffer(std::move(b)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (buffer && owner->spare_.size() < kKeep) owner->spare_.push_back(std::move(buffer));
+    }
+    char* data() const { return buffer.get(); }
+  };
+
+  Lease Take() {
+    if (spare_.empty()) return Lease(this, std::unique_ptr<char[]>(new char[kSize]));  // not zeroed
+    Lease lease(this, std::move(spare_.back()));
+    spare_.pop_back();
+    return lease;
+  }
+
+ private:
+  std::vector<std::unique_ptr<char[]>> spare_;
+};
+
+// Completion handler for a worker's coroutines: logs the exception that ended one.
+void LogCoroutineFailure(std::exception_ptr failure);
+
+class Worker {
+ public:
+  Worker(ServerShared& shared, std::vector<boost::asio::ip::tcp::endpoint> backend,
+         const ProxyConfig& config);
+
+  ~Worker();  // stops the thread, then destroys connections before the io_context they use
+
+  boost::asio::io_context& io() { return *ioc_; }
+  UpstreamPool& pool() { return *pool_; }
+  RelayBuffers& relay_buffers() { return relay_buffers_; }
+  ServerShared& shared() { return shared_; }
+  // The current config, as seen by this worker (only touched on its thread).
+  const std::shared_ptr<const Runtime>& runtime() const { return runtime_; }
+
+  Status Listen(const boost::asio::ip::tcp::endpoint& endpoint);
+  void Start(std::shared_ptr<const Runtime> runtime);  // spawns the accept loop and the thread
+  void SetRuntime(std::shared_ptr<const Runtime> runtime);  // posted to the worker's thread
+  void BeginDrain();  // stop accepting; close idle connections; busy ones close after their response
+  void Stop();        // stops the io_context and joins the thread
+
+  void Register(Session* session) { sessions_.insert(session); }
+  void Unregister(Session* session) { sessions_.erase(session); }
+
+ private:
+  io::Awaitable<void> AcceptLoop();
+  // At max_connections: closes this worker's longest-idle connection. False if none is idle.
+  bool EvictLongestIdle();
+  // Once per period: closes connections idle past timeouts.idle, takes back the read buffers of
+  // idle ones, and enforces busy ones' deadlines (header_read, request).
+  io::Awaitable<void> SweepIdle();
+
+  ServerShared& shared_;
+  std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
+  RelayBuffers relay_buffers_;   // likewise outlives the sessions that lease from it
+  std::shared_ptr<const Runtime> runtime_;
+  std::unique_ptr<boost::asio::io_context> ioc_;
+  std::optional<UpstreamPool> pool_;
+  std::optional<io::Acceptor> acceptor_;
+  std::thread thread_;
+};
+
+}  // namespace fencing
