@@ -164,6 +164,7 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Send(const Exchange
       // The client's body broke off or broke the rules mid-stream: the backend has a truncated
       // request, so both connections close; the client hears why if it still listens.
       if (body.failed()) result.problem = RequestBodyProblem(body.decoder());
+      result.body_failed = true;
       result.keep_alive = false;
       co_return nullptr;
     }

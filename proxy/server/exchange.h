@@ -50,6 +50,7 @@ struct ExchangeResult {
   // 400/413 for a request body that broke off or broke the rules).
   std::optional<Problem> problem;
   bool upstream_failed = false;  // problem is the backend's fault (counted as upstream_error)
+  bool body_failed = false;      // the request body broke off or broke the rules mid-stream
   bool keep_alive = false;       // the client connection may serve another request
   unsigned status = 0;           // relayed to the client (0 with a problem)
   unsigned upstream_status = 0;

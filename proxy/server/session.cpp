@@ -301,6 +301,7 @@ io::Awaitable<bool> Session::ServeOne() {
   const bool stream = !body.decoder().chunked() && body.decoder().remaining_known() + body.size() > keep;
   bool gone = false;
   std::optional<Problem> body_problem = co_await ReadBody(body, stream ? 0 : keep, &gone);
+  ClearDeadline();
   if (gone || body_problem) {
     metrics.Count(Outcome::kRejectedRequest);
     if (body_problem) co_await WriteProblem(*body_problem, parser.get().version(), false);
@@ -474,11 +475,17 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
   record_.upstream_attempts = result.attempts;
   record_.bytes_in = result.bytes_in;
   record_.bytes_out = result.bytes_out;
+  if (result.body_failed) {
+    metrics.Count(Outcome::kRejectedRequest);
+    if (result.problem) co_await WriteProblem(*result.problem, req.version(), false);
+    co_return false;
+  }
   if (result.problem) {
-    metrics.Count(result.upstream_failed ? Outcome::kUpstreamError : Outcome::kRejectedRequest);
+    metrics.Count(Outcome::kUpstreamError);
     SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
-    // The connection is kept only when the request was read to its end.
-    co_return co_await WriteProblem(*result.problem, req.version(), result.keep_alive || (body.complete() && request.client_keep_alive && result.upstream_failed));
+    // The request was read to its end (it is not streamed after a failure): the connection can
+    // serve the next one.
+    co_return co_await WriteProblem(*result.problem, req.version(), body.complete() && request.client_keep_alive);
   }
   // The backend answered: the request's outcome is settled.
   metrics.Count(plan.outcome);

@@ -233,6 +233,30 @@ class IntegrityTest(ProxyTestCase):
         self.assertEqual(len(puts[0].body), len(payload), "the body arrived whole")
         self.assertEqual(puts[0].body, payload, "the body arrived byte for byte")
 
+    def test_a_slow_upload_does_not_hold_up_a_raise(self):
+        """Admission starts only once a buffered body is in: a client trickling a token-10 body
+        holds no admission, so a raise to 11 goes through at once (before, the raise waited for
+        the upload's exchange, up to timeouts.request). When the slow body is complete, its
+        token is stale: 409, and nothing of it reached the backend."""
+        backend, proxy = self.start()
+        before = backend.connections()
+        slow = connect(proxy.port)
+        self.addCleanup(slow.close)
+        send(slow, fenced_put(b"/orders/slow", [b"Content-Length: 1000"], b"s" * 100))
+        time.sleep(0.3)  # the proxy has the head and part of the body
+        started = time.monotonic()
+        response = proxy.request("PUT", "/orders/raise", 11, b"raise")
+        elapsed = time.monotonic() - started
+        self.assert2xx(response, "the raise to 11 while a token-10 body is still arriving")
+        self.assertLess(elapsed, AT_ONCE, "the raise waited %.2fs for an upload that holds no "
+                        "admission" % elapsed)
+        send(slow, b"s" * 900)
+        reader = ResponseReader(slow, IO)
+        self.assertProblem(reader.read(), 409, "the slow body's token 10 is stale once it is in")
+        arrived = backend.received_since(before)
+        self.assertIn(b"PUT /orders/raise HTTP/1.1\r\n", arrived)
+        self.assertNotIn(b"/orders/slow", arrived, "nothing of the stale upload reached the backend")
+
     # -- 3. Connection naming what the proxy relies on --------------------------------------------
 
     def test_connection_header_naming_host_token_or_framing_is_refused(self):
