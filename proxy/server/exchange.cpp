@@ -136,37 +136,40 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
 io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
   ExchangeResult result;
   ResponseParser response_parser;
-  std::unique_ptr<UpstreamConnection> upstream = co_await Send(request, body, response_parser, result);
-  if (upstream) co_await Relay(request, std::move(upstream), response_parser, result);
-  co_return result;
-}
-
-io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Send(const ExchangeRequest& request, RequestBody& body,
-                                                                  ResponseParser& response_parser,
-                                                                  ExchangeResult& result) {
   boost::system::error_code ec;
-  std::unique_ptr<UpstreamConnection> upstream = co_await pool_.Acquire(ec, !request.idempotent);
+  // A pooled connection is taken without a coroutine of its own (the usual case); a new one
+  // needs a connect.
+  std::unique_ptr<UpstreamConnection> upstream = pool_.TakeIdle(!request.idempotent);
+  if (!upstream) upstream = co_await pool_.Connect(ec);
   if (!upstream) {
     Fail(result, ec);
-    co_return nullptr;
+    co_return result;
   }
   cancel_.upstream = upstream.get();
 
-  // The request, and the response head; 1xx interim responses are dropped (the proxy answered
-  // 100-continue itself).
   for (;;) {
     ++result.attempts;
     // Only a pooled connection can have gone stale unnoticed; only the first attempt is retried;
     // only what is still in hand can be sent again.
     const bool may_resend = upstream->reused && result.attempts == 1 && body.resendable();
-    Sent sent = co_await SendRequest(*upstream, request, body, result, ec);
+    Sent sent = Sent::kOk;
+    if (body.complete()) {
+      // The usual case, the whole request in one gather write, without a coroutine of its own.
+      GatherWrite piece(request.head, body.data(), body.size(), request.chunked, true);
+      auto [wec, written] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
+      ec = wec;
+      sent = !wec ? Sent::kOk : written == 0 ? Sent::kRefused : Sent::kFailed;
+      result.bytes_in = body.decoder().body_bytes();
+    } else {
+      sent = co_await SendRequest(*upstream, request, body, result, ec);
+    }
     if (sent == Sent::kBodyFailed) {
       // The client's body broke off or broke the rules mid-stream: the backend has a truncated
       // request, so both connections close; the client hears why if it still listens.
       if (body.failed()) result.problem = RequestBodyProblem(body.decoder());
       result.body_failed = true;
       result.keep_alive = false;
-      co_return nullptr;
+      co_return result;
     }
     if (sent == Sent::kRefused && may_resend) {
       // Closed before a byte of the request was written: it cannot have reached the backend.
@@ -175,8 +178,23 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Send(const Exchange
       continue;
     }
     if (sent == Sent::kOk) {
-      ec = co_await ReadResponseHead(*upstream, request, response_parser);
-      if (!ec) co_return upstream;
+      // The response head; 1xx interim responses are dropped (the proxy answered 100-continue
+      // itself).
+      for (;;) {
+        response_parser.emplace();
+        response_parser->header_limit(kMaxUpstreamHeaderBytes);
+        response_parser->body_limit(boost::none);
+        if (request.head_request) response_parser->skip(true);
+        auto [hec, n] = co_await http::async_read_header(upstream->socket, upstream->buffer, *response_parser, kTuple);
+        ec = hec;
+        if (ec) break;
+        const unsigned status = response_parser->get().result_int();
+        if (status / 100 != 1 || status == 101) break;
+      }
+      if (!ec) {
+        co_await Relay(request, std::move(upstream), response_parser, result);
+        co_return result;
+      }
     }
     // The request may have reached the backend: resent only when repeating it is harmless.
     if (request.idempotent && may_resend && body.whole() && !cancel_.timed_out) {
@@ -187,22 +205,7 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Send(const Exchange
     break;
   }
   Fail(result, ec);
-  co_return nullptr;
-}
-
-io::Awaitable<boost::system::error_code> Exchange::ReadResponseHead(UpstreamConnection& upstream,
-                                                                    const ExchangeRequest& request,
-                                                                    ResponseParser& response_parser) {
-  for (;;) {
-    response_parser.emplace();
-    response_parser->header_limit(kMaxUpstreamHeaderBytes);
-    response_parser->body_limit(boost::none);
-    if (request.head_request) response_parser->skip(true);
-    auto [ec, n] = co_await http::async_read_header(upstream.socket, upstream.buffer, *response_parser, kTuple);
-    if (ec) co_return ec;
-    unsigned status = response_parser->get().result_int();
-    if (status / 100 != 1 || status == 101) co_return ec;
-  }
+  co_return result;
 }
 
 io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,

@@ -76,18 +76,11 @@ class Exchange {
  private:
   using ResponseParser = std::optional<boost::beast::http::response_parser<boost::beast::http::buffer_body>>;
   enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
-  // Sends the request (resending it where the rule allows) and reads the response head. Returns
-  // the connection the head came on, or null with result.problem set.
-  io::Awaitable<std::unique_ptr<UpstreamConnection>> Send(const ExchangeRequest& request, RequestBody& body,
-                                                          ResponseParser& response_parser, ExchangeResult& result);
-  // The response head after any 1xx.
-  io::Awaitable<boost::system::error_code> ReadResponseHead(UpstreamConnection& upstream,
-                                                            const ExchangeRequest& request,
-                                                            ResponseParser& response_parser);
   // The response to the client; the connection goes back to the pool when it can be reused.
   io::Awaitable<void> Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
                             ResponseParser& response_parser, ExchangeResult& result);
-  // Writes the request: head and held body bytes, then (streaming) the rest as it arrives.
+  // Writes a request whose body is not all in hand: head and held body bytes, then the rest as
+  // it arrives.
   // kRefused: the first write failed with nothing written (the connection was already closed).
   io::Awaitable<Sent> SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request, RequestBody& body,
                                   ExchangeResult& result, boost::system::error_code& ec);

@@ -300,8 +300,11 @@ io::Awaitable<bool> Session::ServeOne() {
   // A body announced longer than the buffered limit streams: read what fits the relay buffer.
   const bool stream = !body.decoder().chunked() && body.decoder().remaining_known() + body.size() > keep;
   bool gone = false;
-  std::optional<Problem> body_problem = co_await ReadBody(body, stream ? 0 : keep, &gone);
-  ClearDeadline();
+  std::optional<Problem> body_problem;
+  if (!body.complete()) {  // (a coroutine frame saved for the usual body that came with its head)
+    body_problem = co_await ReadBody(body, stream ? 0 : keep, &gone);
+    ClearDeadline();
+  }
   if (gone || body_problem) {
     metrics.Count(Outcome::kRejectedRequest);
     if (body_problem) co_await WriteProblem(*body_problem, parser.get().version(), false);

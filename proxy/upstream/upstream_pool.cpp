@@ -21,17 +21,22 @@ UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> end
 UpstreamPool::~UpstreamPool() = default;
 
 io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec, bool verify) {
+  if (auto connection = TakeIdle(verify)) co_return connection;
+  co_return co_await Connect(ec);
+}
+
+std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle(bool verify) {
   while (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
     // Stop watching for the backend's close; the aborted wait completes without touching it.
-    if (idle_.back().watched) connection->socket.cancel(ec);
-    ec = {};
+    boost::system::error_code ignored;
+    if (idle_.back().watched) connection->socket.cancel(ignored);
     idle_.pop_back();
     if (verify && !StillOpen(*connection)) continue;  // closed meanwhile: dropped, try the next
     connection->reused = true;
-    co_return connection;
+    return connection;
   }
-  co_return co_await Connect(ec);
+  return nullptr;
 }
 
 bool UpstreamPool::StillOpen(UpstreamConnection& connection) {

@@ -36,6 +36,10 @@ class UpstreamPool {
   // reached the backend, a connection the backend has already closed must not be used at all.
   io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec, bool verify = false);
 
+  // Acquire's first half, with no coroutine: an idle pooled connection (verified as above when
+  // asked), or null when there is none.
+  std::unique_ptr<UpstreamConnection> TakeIdle(bool verify);
+
   // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
   io::Awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
 
