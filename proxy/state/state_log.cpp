@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 
 namespace fencing {
 namespace {
@@ -124,15 +125,26 @@ std::string EncodeHeader() {
 }
 
 HeaderCheck CheckHeader(std::string_view file, std::string* reason) {
-  const std::string expected = EncodeHeader();
+  // No crash can leave a file under its real name without its whole header (it is created under
+  // a temporary name and renamed), so this is never a new file: starting empty would forget
+  // every fence's max token. The operator decides.
+  const std::string advice =
+      "a state file is created whole (written under a temporary name, synced, then renamed), so "
+      "this is damage, not a new file: restore it from a backup, or remove it deliberately to "
+      "start every fence from 0, which loses the fences' max tokens (see Repair in "
+      "docs/operations.md)";
+  if (file.empty()) {
+    *reason = "state file is empty (0 bytes); " + advice;
+    return HeaderCheck::kInvalid;
+  }
   if (file.size() < kHeaderSize) {
-    if (file == std::string_view(expected).substr(0, file.size())) return HeaderCheck::kTornCreation;
-    *reason = "file is " + std::to_string(file.size()) + " bytes, shorter than the " +
-              std::to_string(kHeaderSize) + "-byte header, and not a partly written header";
+    *reason = "state file is " + std::to_string(file.size()) + " bytes, shorter than the " +
+              std::to_string(kHeaderSize) + "-byte header; " + advice;
     return HeaderCheck::kInvalid;
   }
   if (file.substr(0, kMagic.size()) != kMagic) {
-    *reason = "not a fencing-proxy state file (bad magic)";
+    *reason = "not a fencing-proxy state file (bad magic): check that state_file names the right "
+              "file; if it does, " + advice;
     return HeaderCheck::kInvalid;
   }
   // Version before CRC: a later version may lay its header out differently.
@@ -143,7 +155,7 @@ HeaderCheck CheckHeader(std::string_view file, std::string* reason) {
     return HeaderCheck::kInvalid;
   }
   if (UnmaskCrc(GetU32(file.data() + kHeaderCrcOffset)) != Crc32c(file.substr(0, kHeaderCrcOffset))) {
-    *reason = "header checksum mismatch";
+    *reason = "header checksum mismatch; " + advice;
     return HeaderCheck::kInvalid;
   }
   return HeaderCheck::kValid;
@@ -217,6 +229,48 @@ Status SyncDirectory(FileOps& ops, const std::string& dir) {
   return Status::Ok();
 }
 
+namespace {
+
+int OpenRetrying(FileOps& fs, const std::string& path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = fs.Open(path, flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+int FlockRetrying(FileOps& fs, int fd) {
+  int rc;
+  do {
+    rc = fs.Flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+// Gives up a temp file before it has the real name: closed, removed, the error returned.
+Status AbandonTemp(FileOps& fs, int fd, const std::string& tmp, const std::string& what, int err) {
+  fs.Close(fd);
+  fs.Unlink(tmp);
+  return Status::Error(tmp + ": " + what + ": " + std::strerror(err));
+}
+
+// The steps a creation and a snapshot share (FORMAT.md "Creation" 6-9, "Snapshot" 4-7): fd is
+// the locked, empty temp file under tmp; data is written, fdatasync'd, renamed to path and the
+// directory fsync'd. Before the rename a failure abandons the temp file (fd closed); from the
+// rename on, *renamed is true and fd stays open: the name holds its inode.
+Status InstallTempFile(FileOps& fs, int fd, const std::string& tmp, const std::string& path,
+                       std::string_view data, bool* renamed) {
+  *renamed = false;
+  if (!WriteFully(fs, fd, data)) return AbandonTemp(fs, fd, tmp, "write failed", errno);
+  // A failed sync is not retried: this temp file is given up and a later try starts afresh.
+  if (fs.Fdatasync(fd) != 0) return AbandonTemp(fs, fd, tmp, "fdatasync failed", errno);
+  if (fs.Rename(tmp, path) != 0) return AbandonTemp(fs, fd, tmp, "cannot rename to " + path, errno);
+  *renamed = true;
+  return SyncDirectory(fs, ParentDirectory(path));
+}
+
+}  // namespace
+
 Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd, FileOps* ops,
                      bool* renamed) {
   FileOps& fs = ops != nullptr ? *ops : *DefaultFileOps();
@@ -228,37 +282,75 @@ Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* lo
     EncodeRecord(FenceRecord{fence, token}, &data);
   }
 
-  // A leftover from a crashed snapshot is garbage; O_EXCL then guarantees a fresh inode.
+  // A leftover from a crashed snapshot is garbage; O_EXCL then guarantees a fresh inode. Only
+  // the holder of path's lock snapshots, so no other process is using this temp name.
   if (fs.Unlink(tmp) != 0 && errno != ENOENT) {
     return Status::Error(tmp + ": cannot remove stale snapshot: " + std::strerror(errno));
   }
-  int fd;
-  do {
-    fd = fs.Open(tmp, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  } while (fd < 0 && errno == EINTR);
+  const int fd = OpenRetrying(fs, tmp, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(tmp + ": cannot create snapshot: " + std::strerror(errno));
-
-  // Everything up to the rename leaves the name alone: drop the temp file and report.
-  auto abandon = [&](const std::string& what, int err) {
-    fs.Close(fd);
-    fs.Unlink(tmp);
-    return Status::Error(tmp + ": " + what + ": " + std::strerror(err));
-  };
   // Locked before it gets the real name, so no other process can take the new file's lock.
-  if (fs.Flock(fd, LOCK_EX | LOCK_NB) != 0) return abandon("cannot lock snapshot", errno);
-  if (!WriteFully(fs, fd, data)) return abandon("write failed", errno);
-  // A failed sync is not retried: this temp file is given up and a later snapshot starts afresh.
-  if (fs.Fdatasync(fd) != 0) return abandon("fdatasync failed", errno);
-  if (fs.Rename(tmp, path) != 0) return abandon("cannot rename over " + path, errno);
-  if (renamed != nullptr) *renamed = true;
+  if (fs.Flock(fd, LOCK_EX | LOCK_NB) != 0) return AbandonTemp(fs, fd, tmp, "cannot lock snapshot", errno);
 
-  Status dir = SyncDirectory(fs, ParentDirectory(path));
+  bool moved = false;
+  Status status = InstallTempFile(fs, fd, tmp, path, data, &moved);
+  if (renamed != nullptr) *renamed = moved;
+  if (!moved) return status;
   if (locked_fd != nullptr) {
     *locked_fd = fd;  // even after a failed directory sync: the name holds this inode now
   } else {
     fs.Close(fd);
   }
-  return dir;
+  return status;
+}
+
+Status CreateStateFile(const std::string& path, int* locked_fd, bool* created, FileOps* ops) {
+  FileOps& fs = ops != nullptr ? *ops : *DefaultFileOps();
+  *locked_fd = -1;
+  *created = false;
+  const std::string tmp = SnapshotTempPath(path);
+
+  // Not O_EXCL: what an interrupted creation left is taken over. The temp file's lock is what
+  // keeps two creators apart; path does not exist, so nobody holds a lock on it.
+  const int fd = OpenRetrying(fs, tmp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::Error(path + ": directory " + ParentDirectory(path) + " does not exist");
+    return Status::Error(tmp + ": cannot create state file: " + std::strerror(errno));
+  }
+  auto give_up = [&](Status status) {
+    fs.Close(fd);
+    return status;
+  };
+  if (FlockRetrying(fs, fd) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return give_up(Status::Error(path + " is being created by another process (is another fencing-proxy "
+                                          "starting on it?)"));
+    }
+    return give_up(Status::Error(tmp + ": cannot lock: " + std::strerror(errno)));
+  }
+  // A creator that finished between our open and our flock renamed this inode to path: then the
+  // temp name holds another inode or none, or path exists. Either way, open path instead. A
+  // creation that backs out leaves the temp name alone: it may already be someone else's.
+  struct stat by_fd {};
+  struct stat by_name {};
+  struct stat target {};
+  if (fs.Fstat(fd, &by_fd) != 0) return give_up(Status::Error(tmp + ": fstat failed: " + std::strerror(errno)));
+  if (fs.Stat(tmp, &by_name) != 0) {
+    if (errno == ENOENT) return give_up(Status::Ok());
+    return give_up(Status::Error(tmp + ": stat failed: " + std::strerror(errno)));
+  }
+  if (by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino) return give_up(Status::Ok());
+  if (fs.Stat(path, &target) == 0) return give_up(Status::Ok());
+  if (errno != ENOENT) return give_up(Status::Error(path + ": stat failed: " + std::strerror(errno)));
+
+  if (fs.Ftruncate(fd, 0) != 0) return AbandonTemp(fs, fd, tmp, "ftruncate failed", errno);
+  bool renamed = false;
+  Status status = InstallTempFile(fs, fd, tmp, path, EncodeHeader(), &renamed);
+  if (!renamed) return status;
+  if (!status.ok()) return give_up(status);  // path holds a whole file; the next open syncs its directory
+  *locked_fd = fd;
+  *created = true;
+  return Status::Ok();
 }
 
 }  // namespace fencing

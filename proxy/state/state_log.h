@@ -45,10 +45,10 @@ bool IsValidFenceName(std::string_view name);
 std::string EncodeHeader();
 
 enum class HeaderCheck {
-  kValid,         // a complete, good header
-  kTornCreation,  // shorter than the header, every byte a prefix of it: a creation cut short
-  kInvalid,       // anything else; *reason says why
+  kValid,    // a complete, good header
+  kInvalid,  // anything else, an empty file included; *reason says what is wrong and what to do
 };
+// A file is created whole (CreateStateFile), so a file without a good header is never new.
 HeaderCheck CheckHeader(std::string_view file, std::string* reason);
 
 // Appends one encoded SET_MAX record to *out. The name must be valid.
@@ -77,8 +77,19 @@ bool WriteFully(FileOps& ops, int fd, std::string_view data);
 Status SyncDirectory(FileOps& ops, const std::string& dir);
 // The directory holding path ("." for a bare name).
 std::string ParentDirectory(const std::string& path);
-// Where a snapshot of path is written before it is renamed over path.
+// Where a new file or a snapshot of path is written before it is renamed to path.
 std::string SnapshotTempPath(const std::string& path);
+
+// Creates path, which must not exist, holding just the header: PATH.tmp opened (a stale one is
+// taken over), locked, checked to still be the temp name's inode while path is still absent,
+// truncated, written, fdatasync'd, renamed to path, directory fsync'd (FORMAT.md "Creation").
+// So path never exists without its whole header.
+// On success with *created true, *locked_fd is the new file's open, flock'ed descriptor
+// (O_RDWR|O_APPEND), under path. With *created false, nothing was made: path exists now, or
+// another creator finished meanwhile; open path instead. A second creator at the same time gets
+// an error. On an error the descriptor is closed; if the rename happened (only the directory
+// sync failed), path holds a whole file. ops null means the real calls.
+Status CreateStateFile(const std::string& path, int* locked_fd, bool* created, FileOps* ops = nullptr);
 
 // Replaces path with a snapshot of maxima: PATH.tmp created, locked, written, fdatasync'd,
 // renamed over path, directory fsync'd (FORMAT.md "Snapshot"). Crash-safe: the name always

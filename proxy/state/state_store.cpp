@@ -29,28 +29,24 @@ int OpenRetrying(FileOps& ops, const std::string& path, int flags, mode_t mode =
   return fd;
 }
 
-// Opens the existing file or, if allowed, creates it. *created tells the caller to write the
-// header and make the new name durable.
+// Opens the existing file or, if allowed, creates it whole (CreateStateFile). *created tells
+// the caller that fd is the new file's, already locked, under the name.
 Status OpenOrCreate(FileOps& ops, const std::string& path, const OpenOptions& options, int* fd, bool* created) {
   const int open_flags = (options.read_only ? O_RDONLY : O_RDWR | O_APPEND) | O_CLOEXEC;
   *created = false;
-  for (;;) {
+  for (int attempt = 1;; ++attempt) {
     *fd = OpenRetrying(ops, path, open_flags);
     if (*fd >= 0) return Status::Ok();
     if (errno != ENOENT) return Status::Error(path + ": cannot open state file: " + Errno(errno));
     if (!options.create_if_missing || options.read_only) {
       return Status::Error(path + ": state file does not exist");
     }
-    *fd = OpenRetrying(ops, path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (*fd >= 0) {
-      *created = true;
-      return Status::Ok();
+    Status status = CreateStateFile(path, fd, created, &ops);
+    if (!status.ok() || *created) return status;
+    // Another process created it meanwhile: open theirs.
+    if (attempt == kMaxOpenAttempts) {
+      return Status::Error(path + ": the file kept appearing and disappearing while opening it");
     }
-    if (errno == EEXIST) continue;  // another process created it first: open theirs
-    if (errno == ENOENT) {
-      return Status::Error(path + ": directory " + ParentDirectory(path) + " does not exist");
-    }
-    return Status::Error(path + ": cannot create state file: " + Errno(errno));
   }
 }
 
@@ -97,23 +93,14 @@ Status ReadWholeFile(FileOps& ops, const std::string& path, int fd, std::string*
   return Status::Ok();
 }
 
-// Writes a fresh header into an empty (or torn-at-creation) file and makes file and name durable.
-Status WriteFreshHeader(FileOps& ops, const std::string& path, int fd) {
-  if (ops.Ftruncate(fd, 0) != 0) return Status::Error(path + ": ftruncate failed: " + Errno(errno));
-  if (!WriteFully(ops, fd, EncodeHeader())) {
-    return Status::Error(path + ": header write failed: " + Errno(errno));
-  }
-  if (ops.Fdatasync(fd) != 0) return Status::Error(path + ": fdatasync failed: " + Errno(errno));
-  return SyncDirectory(ops, ParentDirectory(path));
-}
-
-// A snapshot a crash interrupted (or whose rename a crash undid) is garbage: the file under the
-// real name is complete either way. Only called with the real file's lock held, so it is never
-// the temp file of a compaction in progress.
+// A snapshot a crash interrupted (or whose rename a crash undid), or the temp file of a creation
+// that found the file already there, is garbage: the file under the real name is complete
+// either way. Only called with the real file's lock held, so it is never the temp file of a
+// compaction in progress, nor of a creation (that runs only while the real name is absent).
 Status RemoveLeftoverSnapshot(FileOps& ops, const std::string& path) {
   const std::string tmp = SnapshotTempPath(path);
   if (ops.Unlink(tmp) == 0) {
-    LogWarn("state file: removed a snapshot left over from an interrupted compaction or state set",
+    LogWarn("state file: removed a snapshot left over from an interrupted compaction, state set or creation",
             {{"file", tmp}});
     return Status::Ok();
   }
@@ -144,6 +131,11 @@ Status StateStore::Open(const std::string& path, const OpenOptions& options,
   for (int attempt = 1;; ++attempt) {
     Status opened = OpenOrCreate(ops, path, options, &s->fd_, &created);
     if (!opened.ok()) return opened;
+    if (created) {
+      // Locked before the rename gave it the name, and the name cannot have moved since.
+      s->locked_ = options.lock;
+      break;
+    }
     if (!options.lock) break;
     bool replaced = false;
     Status locked = LockCurrentInode(ops, path, s->fd_, &replaced);
@@ -162,32 +154,20 @@ Status StateStore::Open(const std::string& path, const OpenOptions& options,
     Status removed = RemoveLeftoverSnapshot(ops, path);
     if (!removed.ok()) return removed;
   }
+  if (!created && !options.read_only) {
+    // The process before may have died (or failed) between a rename, of a creation or a
+    // snapshot, and its directory sync: nothing is acknowledged from this file until its name
+    // is durable (FORMAT.md "Locking").
+    Status synced = SyncDirectory(ops, ParentDirectory(path));
+    if (!synced.ok()) return Status::Error(path + ": " + synced.message());
+  }
 
   std::string data;
   Status read = ReadWholeFile(ops, path, s->fd_, &data);
   if (!read.ok()) return read;
 
   std::string reason;
-  switch (CheckHeader(data, &reason)) {
-    case HeaderCheck::kValid:
-      break;
-    case HeaderCheck::kInvalid:
-      return Status::Error(path + ": " + reason);
-    case HeaderCheck::kTornCreation:
-      // Only a creation cut short leaves this: nothing was ever acknowledged from this file.
-      if (!created) {
-        LogWarn("state file has an incomplete header from an interrupted creation; starting empty",
-                {{"file", path}, {"bytes", data.size()}, {"rewritten", !options.read_only}});
-      }
-      if (!options.read_only) {
-        Status fresh = WriteFreshHeader(ops, path, s->fd_);
-        if (!fresh.ok()) return fresh;
-      }
-      s->file_bytes_ = kHeaderSize;
-      s->snapshot_bytes_ = kHeaderSize;
-      *store = std::move(s);
-      return Status::Ok();
-  }
+  if (CheckHeader(data, &reason) != HeaderCheck::kValid) return Status::Error(path + ": " + reason);
 
   ReplayResult replay = ReplayRecords(data);
   if (replay.corrupt) {

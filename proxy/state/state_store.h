@@ -39,10 +39,13 @@ struct OpenOptions {
 
 class StateStore {
  public:
-  // Opens (creating if allowed: header written, file and directory fsync'd), locks, replays.
+  // Opens (creating if allowed, whole: CreateStateFile in state_log.h), locks, replays. A
+  // writable open of an existing file fsyncs its directory first, in case the process before
+  // died between a rename and its directory sync.
   // A torn last record is truncated (unless read_only) and reported through torn_tail_bytes().
-  // Damage before the tail, a bad header, or a lock held by another process: an error that names
-  // the file (and, for damage, the byte offset).
+  // Damage before the tail, a bad header (an empty or short file included: never taken for a
+  // new one), or a lock held by another process: an error that names the file (and, for damage,
+  // the byte offset).
   static Status Open(const std::string& path, const OpenOptions& options,
                      std::unique_ptr<StateStore>* store);
 

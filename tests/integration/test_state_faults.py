@@ -16,6 +16,10 @@ and backend sockets use sendmsg, so they keep working).
 Also covered: a sync failure while creating a new state file stops the start, and a failed
 directory fsync after a compaction renamed its snapshot over the log fails closed like a failed
 append (FORMAT.md "Compaction").
+
+Contract ("Request integrity"): state file creation is atomic, so an empty or header-less state
+file is damage, not a new file: the proxy refuses to start and names the file, and `--check`
+and `state show` report the same (DamagedStateFileTest; no libfiu needed).
 """
 
 import json
@@ -156,8 +160,9 @@ class StateFaultTest(ProxyTestCase):
         self.assert2xx(self.put("/users/d", 4), "users raises again after the restart")
 
     def test_sync_failure_at_creation_refuses_to_start(self):
-        # A new state file: its header is fdatasync'd and its directory fsync'd before the proxy
-        # serves (FORMAT.md "The header and new files"); if either fails, nothing starts.
+        # A new state file: its header is fdatasync'd under the temporary name, renamed, and the
+        # directory fsync'd before the proxy serves (FORMAT.md "Creation"); if a sync fails,
+        # nothing starts.
         self.proxy.kill9()
         cases = [("posix/io/sync/fdatasync", "fdatasync of the new file's header"),
                  ("posix/io/sync/fsync", "fsync of the directory holding the new file")]
@@ -173,8 +178,12 @@ class StateFaultTest(ProxyTestCase):
                                  "(exit code %r): it could not make a raise durable" % (what, code))
                 self.assertIn("Input/output error", proxy.stderr_text(),
                               "the start-up error says why")
+                if os.path.exists(proxy.state_file):  # only ever a whole one
+                    with open(proxy.state_file, "rb") as f:
+                        self.assertEqual(len(f.read()), 16, "a failed creation leaves no state "
+                                         "file or one with its whole header, never a torn one")
                 proxy.set_launch()
-                proxy.start()  # the fault is gone: the file left behind is usable
+                proxy.start()  # the fault is gone: no file, or the one left behind, is usable
                 self.assertEqual(proxy.admin("GET", "/readyz")[0], 200, "ready without the fault")
                 self.assert2xx(proxy.request("PUT", "/orders/x", 1, b"w"), "a raise after restart")
                 proxy.terminate()
@@ -236,6 +245,65 @@ class StateFaultTest(ProxyTestCase):
     def test_write_enospc_fails_closed(self):
         # write(2) fails before a byte reaches the file: the durable max stays exactly 5.
         self.check_fails_closed("posix/io/rw/write", ENOSPC, (5,))
+
+
+class DamagedStateFileTest(ProxyTestCase):
+    """A state file under its real name always has its whole header (it is created under a
+    temporary name and renamed), so an empty or header-less one was damaged after creation and
+    may have held maxima: starting empty would forget every fence's max token."""
+
+    def damaged_state_file(self, size):
+        """A proxy whose state file was created by the real binary, then cut to size bytes."""
+        backend = self.start_backend()
+        proxy = self.start_proxy(CONFIG, backend, name="cut-to-%d" % size)
+        self.assertEqual(proxy.terminate(), 0)
+        with open(proxy.state_file, "rb") as f:
+            header = f.read()
+        self.assertEqual(len(header), 16, "test setup: a new state file is just its header")
+        with open(proxy.state_file, "r+b") as f:
+            f.truncate(size)
+        return proxy, header[:size]
+
+    def check_refused(self, size, what):
+        proxy, damaged = self.damaged_state_file(size)
+        path = proxy.state_file
+        advice = ["this is damage, not a new file", "restore it from a backup",
+                  "remove it deliberately to start every fence from 0",
+                  "loses the fences' max tokens"]
+
+        proxy.start(wait=False)
+        code = proxy.wait_exit(timeout=10.0)
+        stderr = proxy.stderr_text()
+        self.assertNotIn(code, (None, 0), "the proxy must not start on %s (exit code %r): it "
+                         "would forget every fence's max token" % (what, code))
+        self.assertIn(path, stderr, "the start-up error names the state file")
+        for words in advice:
+            self.assertIn(words, stderr, "the start-up error says what to do")
+
+        check = run_cli("--config", proxy.config_path, "--check")
+        self.assertEqual(check.returncode, 1, "--check on %s exits 1: %r" % (what, check))
+        self.assertIn(path + ": state file is ", check.stderr, "--check names the state file")
+        for words in advice:
+            self.assertIn(words, check.stderr, "--check says what to do")
+
+        shown = run_cli("state", "show", "--state-file", path)
+        self.assertEqual(shown.returncode, 1, "state show on %s fails: %r" % (what, shown))
+        self.assertIn(path + ": state file is ", shown.stderr, "state show names the state file")
+
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), damaged, "a refused state file is left as it was")
+        self.assertFalse(os.path.exists(path + ".tmp"), "and no new file is made beside it")
+
+        os.unlink(path)  # the operator's deliberate choice: every fence starts from 0
+        proxy.start()
+        self.assertEqual(proxy.admin("GET", "/readyz")[0], 200, "a removed file is created anew")
+        self.assertEqual(proxy.terminate(), 0)
+
+    def test_empty_state_file_refuses_to_start(self):
+        self.check_refused(0, "an empty (0-byte) state file")
+
+    def test_state_file_with_half_a_header_refuses_to_start(self):
+        self.check_refused(8, "a state file holding half a header")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,33 @@ TEST_F(StateCommandTest, ShowReportsCorruptionWithTheOffset) {
   EXPECT_EQ(ReadBytes(path_), data);
 }
 
+// A state file is created whole, so one without its whole header is damage (FORMAT.md
+// "Creation"): `state show` says so and what to do, and `state set` does not make it new.
+TEST_F(StateCommandTest, ShowAndSetRefuseAnEmptyOrHeaderlessFile) {
+  Seed({});
+  const std::string header = ReadBytes(path_);
+  ASSERT_EQ(header.size(), kHeaderSize);
+  for (size_t size : {size_t{0}, kHeaderSize / 2}) {
+    SCOPED_TRACE(std::to_string(size) + " bytes");
+    const std::string damaged = header.substr(0, size);
+    {
+      std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+      out << damaged;
+    }
+    CommandResult r = Show(path_);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, "fencing-proxy state show: " + path_ + ": state file is "));
+    EXPECT_TRUE(Contains(r.err, "this is damage, not a new file"));
+    EXPECT_TRUE(Contains(r.err, "restore it from a backup"));
+    r = Set(path_, "orders", "5");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, "fencing-proxy state set: " + path_ + ": state file is "));
+    EXPECT_EQ(ReadBytes(path_), damaged);
+  }
+}
+
 TEST_F(StateCommandTest, ShowLeavesATornTailInPlace) {
   Seed({{"a", 1}, {"b", 2}});
   const std::string full = ReadBytes(path_);

@@ -9,11 +9,14 @@
 //   FailingFileOps       the Nth call of a kind fails with an errno; a disk that fills up
 //                        (short write, then ENOSPC); counts calls; a hook before each call.
 //   NoSyncFileOps        fdatasync returns 0 and does nothing: the negative control.
+//   NamingFileOps        records each call with the names it touched ("write fences.log.tmp"),
+//                        to assert which file a sequence of calls went to.
 
 #include "state/file_ops.h"
 #include "state/state_log.h"
 
 #include <cerrno>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +226,104 @@ class FailingFileOps : public ForwardingFileOps {
   std::vector<Fault> faults_;
   std::optional<uint64_t> space_left_;
   std::function<void(FileOp)> hook_;
+};
+
+// Records every call as "CALL NAME" (names as basenames; a descriptor by the name it was opened
+// under; a failed call gets " -> ERRNO"), so a test can check what went to which file.
+class NamingFileOps : public ForwardingFileOps {
+ public:
+  explicit NamingFileOps(FileOps* inner = DefaultFileOps()) : ForwardingFileOps(inner) {}
+
+  std::vector<std::string> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  // The calls whose text starts with one of these words, in order.
+  std::vector<std::string> Only(const std::vector<std::string>& words) const {
+    std::vector<std::string> out;
+    for (const std::string& call : calls()) {
+      for (const std::string& word : words) {
+        if (call.rfind(word + " ", 0) == 0) {
+          out.push_back(call);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+  int Open(const std::string& path, int flags, mode_t mode) override {
+    const int fd = inner_->Open(path, flags, mode);
+    const int err = errno;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fd >= 0) fd_name_[fd] = Base(path);
+    }
+    Note(std::string((flags & O_CREAT) ? "create " : "open ") + Base(path), fd, err);
+    return fd;
+  }
+  int Close(int fd) override {
+    Note("close " + NameOf(fd), 0, 0);
+    return inner_->Close(fd);
+  }
+  ssize_t Write(int fd, const void* data, size_t size) override {
+    const ssize_t n = inner_->Write(fd, data, size);
+    Note("write " + NameOf(fd), n, errno);
+    return n;
+  }
+  int Fdatasync(int fd) override {
+    const int rc = inner_->Fdatasync(fd);
+    Note("fdatasync " + NameOf(fd), rc, errno);
+    return rc;
+  }
+  int Ftruncate(int fd, off_t size) override {
+    const int rc = inner_->Ftruncate(fd, size);
+    Note("ftruncate " + NameOf(fd), rc, errno);
+    return rc;
+  }
+  int Flock(int fd, int operation) override {
+    const int rc = inner_->Flock(fd, operation);
+    Note("flock " + NameOf(fd), rc, errno);
+    return rc;
+  }
+  int Stat(const std::string& path, struct stat* st) override {
+    const int rc = inner_->Stat(path, st);
+    Note("stat " + Base(path), rc, errno);
+    return rc;
+  }
+  int Rename(const std::string& from, const std::string& to) override {
+    const int rc = inner_->Rename(from, to);
+    Note("rename " + Base(from) + " " + Base(to), rc, errno);
+    return rc;
+  }
+  int Unlink(const std::string& path) override {
+    const int rc = inner_->Unlink(path);
+    Note("unlink " + Base(path), rc, errno);
+    return rc;
+  }
+  int SyncDirectory(const std::string& dir) override {
+    const int rc = inner_->SyncDirectory(dir);
+    Note("fsync(dir) " + Base(dir), rc, errno);
+    return rc;
+  }
+
+ private:
+  static std::string Base(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+  std::string NameOf(int fd) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fd_name_.find(fd);
+    return it == fd_name_.end() ? "fd" + std::to_string(fd) : it->second;
+  }
+  void Note(std::string call, ssize_t rc, int err) {
+    if (rc < 0) call += " -> " + std::string(std::strerror(err));
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(std::move(call));
+    errno = err;
+  }
+
+  mutable std::mutex mu_;
+  std::map<int, std::string> fd_name_;
+  std::vector<std::string> calls_;
 };
 
 // The real files in dir play the page cache; this layer remembers what the disk holds.

@@ -192,6 +192,168 @@ TEST_F(StateFaultTest, FailingLayerFailsTheNthCallAndFillsTheDisk) {
   EXPECT_EQ(ReadBytes(path_), "abcd");
 }
 
+// ---------------------------------------------------------------- creation (FORMAT.md "Creation")
+
+// The header is written and synced under the temporary name, renamed, and the directory synced;
+// the real name is never opened for creation nor written before the rename.
+TEST_F(StateFaultTest, CreationWritesATempFileSyncsRenamesAndSyncsTheDirectory) {
+  NamingFileOps ops;
+  auto store = MustOpen(&ops);
+  ASSERT_TRUE(store);
+  const std::string dir = fs::path(dir_).filename().string();
+  EXPECT_EQ(ops.Only({"create", "ftruncate", "write", "fdatasync", "rename", "fsync(dir)"}),
+            (std::vector<std::string>{"create fences.log.tmp", "ftruncate fences.log.tmp",
+                                      "write fences.log.tmp", "fdatasync fences.log.tmp",
+                                      "rename fences.log.tmp fences.log", "fsync(dir) " + dir}));
+  EXPECT_EQ(ReadBytes(path_), EncodeHeader());
+  EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+  // The descriptor the store appends to is the created one, and it holds the lock.
+  ASSERT_TRUE(store->AppendAndSync({{"a", 1}}).ok());
+  std::unique_ptr<StateStore> second;
+  EXPECT_TRUE(Contains(StateStore::Open(path_, {}, &second).message(), "is locked by another process"));
+  store.reset();
+  EXPECT_EQ(Reopen(), (FenceMaxima{{"a", 1}}));
+}
+
+// A crash at any call of a creation leaves either no state file or one with the whole header,
+// never an empty or half-written one; the next start makes a proper file.
+TEST_F(StateFaultTest, CrashDuringCreationLeavesNoStateFileAndTheNextStartCreatesOne) {
+  int without_file = 0;
+  int stale_temp_files = 0;
+  for (bool persist_names : {false, true}) {
+    for (uint64_t crash_at = 1;; ++crash_at) {
+      SCOPED_TRACE("crash before call " + std::to_string(crash_at) + (persist_names ? ", names persist" : ""));
+      ClearDir();
+      bool opened = false;
+      bool renamed = false;
+      {
+        DropUnsyncedFileOps disk(dir_);
+        disk.KeepRandomUnsyncedPrefix(crash_at);
+        if (persist_names) disk.PersistNamesOnCrash();
+        disk.CrashAtCall(crash_at);
+        std::unique_ptr<StateStore> store;
+        ::testing::internal::CaptureStderr();
+        opened = StateStore::Open(path_, OpenOptions{.file_ops = &disk}, &store).ok();
+        ::testing::internal::GetCapturedStderr();
+        const std::vector<FileOp> trace = disk.trace();
+        for (size_t i = 0; i + 1 < trace.size(); ++i) renamed = renamed || trace[i] == FileOp::kRename;
+        if (!disk.crashed()) {
+          ASSERT_TRUE(opened);
+          break;  // the creation finished before the planned crash: every call was covered
+        }
+        ASSERT_FALSE(opened);  // every call before the store exists can fail
+      }
+      if (!renamed) {
+        EXPECT_FALSE(fs::exists(path_)) << "before the rename the name must not exist";
+      }
+      if (fs::exists(path_)) {
+        EXPECT_EQ(ReadBytes(path_), EncodeHeader());
+      } else {
+        ++without_file;
+      }
+      stale_temp_files += fs::exists(path_ + ".tmp") ? 1 : 0;
+
+      // The next start, on the real file system: a proper file, the leftover gone.
+      auto store = MustOpen();
+      ASSERT_TRUE(store);
+      EXPECT_TRUE(store->maxima().empty());
+      ASSERT_TRUE(store->AppendAndSync({{"a", 1}}).ok());
+      store.reset();
+      EXPECT_EQ(ReadBytes(path_).substr(0, kHeaderSize), EncodeHeader());
+      EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+      EXPECT_EQ(Reopen(), (FenceMaxima{{"a", 1}}));
+      ASSERT_LT(crash_at, 100u) << "the creation never finished";
+    }
+  }
+  EXPECT_GT(without_file, 0);
+  EXPECT_GT(stale_temp_files, 0);  // the leftover path was exercised
+}
+
+// What an interrupted creation left under the temporary name is overwritten, never taken for the
+// state file (here it even looks like a whole snapshot).
+TEST_F(StateFaultTest, StaleTempFileIsReplacedByTheNextCreation) {
+  std::string stale = EncodeHeader();
+  EncodeRecord(FenceRecord{"a", 99}, &stale);
+  for (const std::string& content : {std::string("FENC"), stale}) {
+    ClearDir();
+    WriteBytes(path_ + ".tmp", content);
+    NamingFileOps ops;
+    auto store = MustOpen(&ops);
+    ASSERT_TRUE(store);
+    EXPECT_TRUE(store->maxima().empty());
+    EXPECT_EQ(ops.Only({"create", "ftruncate", "write", "rename"}),
+              (std::vector<std::string>{"create fences.log.tmp", "ftruncate fences.log.tmp",
+                                        "write fences.log.tmp", "rename fences.log.tmp fences.log"}));
+    EXPECT_EQ(ReadBytes(path_), EncodeHeader());
+    EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+  }
+}
+
+// While one process creates the file, another opener is refused (at every call from the temp
+// file's lock on) and never sees a state file without its whole header.
+TEST_F(StateFaultTest, NoSecondOpenerGetsInOrSeesAHeaderlessFileDuringACreation) {
+  std::vector<std::string> seen;
+  FailingFileOps ops;
+  bool temp_locked = false;
+  ops.SetHook([&](FileOp op) {
+    if (temp_locked) {
+      const std::string now = fs::exists(path_) ? "file of " + std::to_string(fs::file_size(path_)) + " bytes"
+                                                : "no file";
+      std::unique_ptr<StateStore> second;
+      Status s = StateStore::Open(path_, {}, &second);
+      seen.push_back(std::string(FileOpName(op)) + ": " + now + ": " + (s.ok() ? "OPENED" : s.message()));
+    }
+    if (op == FileOp::kFlock) temp_locked = true;  // from the next call on, the first holds a lock
+  });
+  auto first = MustOpen(&ops);
+  ops.SetHook(nullptr);
+  ASSERT_TRUE(first);
+  ASSERT_GT(seen.size(), 5u);
+  for (const std::string& s : seen) {
+    EXPECT_TRUE(Contains(s, "is being created by another process") || Contains(s, "is locked by another process"))
+        << s;
+    EXPECT_TRUE(Contains(s, ": no file: ") || Contains(s, ": file of 16 bytes: ")) << s;
+  }
+  EXPECT_EQ(ReadBytes(path_), EncodeHeader());
+  ASSERT_TRUE(first->AppendAndSync({{"a", 1}}).ok());
+}
+
+// A process killed (or failing) between a rename and its directory sync leaves a name that may
+// not be durable. The next writable open syncs the directory before it acknowledges anything
+// from that file, so a later power loss cannot take the name, and the raises, away.
+TEST_F(StateFaultTest, TheNextOpenMakesANameLeftUndurableByAFailedDirectorySyncDurable) {
+  for (bool compaction : {false, true}) {
+    SCOPED_TRACE(compaction ? "the rename of a compaction" : "the rename of a creation");
+    ClearDir();
+    DropUnsyncedFileOps disk(dir_);
+    {
+      FailingFileOps failing(&disk);
+      std::unique_ptr<StateStore> store;
+      ::testing::internal::CaptureStderr();
+      if (compaction) {
+        Status s = StateStore::Open(path_, OpenOptions{.file_ops = &failing}, &store);
+        ASSERT_TRUE(s.ok()) << s.message();
+        ASSERT_TRUE(store->AppendAndSync({{"a", 1}}).ok());
+        failing.FailNth(FileOp::kSyncDirectory, 1, EIO);
+        EXPECT_FALSE(store->Compact().ok());
+      } else {
+        failing.FailNth(FileOp::kSyncDirectory, 1, EIO);
+        Status s = StateStore::Open(path_, OpenOptions{.file_ops = &failing}, &store);
+        EXPECT_TRUE(Contains(s.message(), "fsync of directory failed")) << s.message();
+      }
+      ::testing::internal::GetCapturedStderr();
+    }
+    {
+      std::unique_ptr<StateStore> store;
+      Status s = StateStore::Open(path_, OpenOptions{.file_ops = &disk}, &store);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_TRUE(store->AppendAndSync({{"a", 5}}).ok());  // acknowledged
+      disk.Crash();
+    }
+    EXPECT_EQ(Reopen(), (FenceMaxima{{"a", 5}}));
+  }
+}
+
 // ---------------------------------------------------------------- raise storms with crashes
 
 struct StormResult {
@@ -332,18 +494,28 @@ TEST_F(StateFaultTest, RaiseStormsLoseNoAcknowledgedRaiseAcrossCrashes) {
 // the harness above could not see a lost one.
 TEST_F(StateFaultTest, NegativeControlWithoutSyncLosesAcknowledgedRaises) {
   int seeds_with_loss = 0;
+  int seeds_refused = 0;
   ::testing::internal::CaptureStderr();
   for (uint64_t seed = 0; seed < kStormSeeds; ++seed) {
     ClearDir();
     StormResult r = RunStorm(dir_, path_, seed, /*skip_sync=*/true);
-    EXPECT_FALSE(r.reopen_failed) << "seed " << seed << ": " << r.detail;
+    if (r.reopen_failed) {
+      // Without fdatasync a new file's header can be lost under a durable name: the restart
+      // refuses it as damage, never takes it for a new file.
+      EXPECT_TRUE(Contains(r.detail, "this is damage, not a new file")) << "seed " << seed << ": " << r.detail;
+      ++seeds_refused;
+      continue;
+    }
     EXPECT_EQ(r.invented, 0) << "seed " << seed << ": " << r.detail;
     if (r.lost > 0) ++seeds_with_loss;
   }
   ::testing::internal::GetCapturedStderr();
   std::cout << "negative control: " << seeds_with_loss << " of " << kStormSeeds
-            << " seeds lost acknowledged raises\n";
-  EXPECT_GT(seeds_with_loss, static_cast<int>(kStormSeeds / 2));
+            << " seeds lost acknowledged raises, " << seeds_refused << " refused a header-less file\n";
+  // Most seeds do not get their acknowledged raises back, and the comparison of maxima itself
+  // sees a good share of those (the rest is the refusal above, visible too).
+  EXPECT_GT(seeds_with_loss + seeds_refused, static_cast<int>(kStormSeeds / 2));
+  EXPECT_GT(seeds_with_loss, static_cast<int>(kStormSeeds / 4));
 }
 
 // ---------------------------------------------------------------- terminal failures
