@@ -64,10 +64,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::string reason;
   const HeaderCheck header = CheckHeader(file, &reason);
-  bool usable = header == HeaderCheck::kTornCreation;  // read-only: an empty store
+  bool usable = false;  // a short or empty file is refused (creation is atomic)
   ReplayResult replay;
   if (header == HeaderCheck::kInvalid) FUZZ_CHECK(!reason.empty(), "an invalid header without a reason");
-  if (header == HeaderCheck::kTornCreation) FUZZ_CHECK(size < kHeaderSize, "a torn header of full size");
+  if (size < kHeaderSize) FUZZ_CHECK(header == HeaderCheck::kInvalid, "a file shorter than the header accepted");
   if (header == HeaderCheck::kValid) {
     FUZZ_CHECK(size >= kHeaderSize, "a valid header shorter than a header");
     replay = ReplayRecords(file);
