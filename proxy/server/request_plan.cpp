@@ -1,10 +1,10 @@
 #include "server/request_plan.h"
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 #include "fence/token.h"
 #include "routing/path_check.h"
-#include "server/framing.h"
+#include "http/framing.h"
 
 #include <functional>
 #include <string>

@@ -1,11 +1,11 @@
 #include "server/session.h"
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 #include "common/log.h"
-#include "server/raw_head.h"
+#include "http/raw_head.h"
 #include "server/request_plan.h"
-#include "server/header_rewrite.h"
+#include "http/header_rewrite.h"
 #include "server/proxy_server.h"
 
 #include <boost/asio/as_tuple.hpp>

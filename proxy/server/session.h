@@ -6,7 +6,7 @@
 #include "admin/metrics.h"
 #include "common/io.h"
 #include "common/page_allocator.h"
-#include "server/problem.h"
+#include "http/problem.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
 #include "upstream/upstream_pool.h"
