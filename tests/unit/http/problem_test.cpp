@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -31,13 +32,58 @@ std::vector<std::string> Values(const http::fields& f, std::string_view name) {
   return out;
 }
 
+// ---------------------------------------------------------------- the catalogue
+
+TEST(ProblemCatalogueTest, EveryTypeHasItsOwnSlugATitleAndAnErrorStatus) {
+  std::set<std::string_view> slugs;
+  for (size_t i = 0; i < kProblemTypeCount; ++i) {
+    const ProblemTypeInfo& info = kProblemTypes[i];
+    EXPECT_TRUE(slugs.insert(info.slug).second) << "slug " << info.slug << " is declared twice";
+    EXPECT_FALSE(info.slug.empty()) << i;
+    for (char c : info.slug) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '-') << info.slug << ": URN-safe slugs only";
+    EXPECT_FALSE(info.title.empty()) << info.slug;
+    EXPECT_GE(static_cast<unsigned>(info.status), 400u) << info.slug;
+    EXPECT_LT(static_cast<unsigned>(info.status), 600u) << info.slug;
+    EXPECT_EQ(&Describe(static_cast<ProblemType>(i)), &info) << "Describe indexes the one table";
+  }
+}
+
+// The slugs and statuses clients and the docs rely on.
+TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
+  const std::pair<ProblemType, std::pair<std::string_view, int>> expected[] = {
+      {ProblemType::kAmbiguousFraming, {"ambiguous-framing", 400}},
+      {ProblemType::kBadHost, {"bad-host", 400}},
+      {ProblemType::kAmbiguousPath, {"ambiguous-path", 400}},
+      {ProblemType::kMalformedToken, {"malformed-token", 400}},
+      {ProblemType::kNoRoute, {"no-route", 404}},
+      {ProblemType::kMethodNotAllowed, {"method-not-allowed", 405}},
+      {ProblemType::kStaleToken, {"stale-token", 409}},
+      {ProblemType::kTokenJump, {"token-jump", 409}},
+      {ProblemType::kBodyTooLarge, {"body-too-large", 413}},
+      {ProblemType::kMissingToken, {"missing-token", 428}},
+      {ProblemType::kHeaderTooLarge, {"header-too-large", 431}},
+      {ProblemType::kUpstreamUnavailable, {"upstream-unavailable", 502}},
+      {ProblemType::kStateUnavailable, {"state-unavailable", 503}},
+      {ProblemType::kUpstreamTimeout, {"upstream-timeout", 504}},
+  };
+  for (const auto& [type, want] : expected) {
+    Problem p = MakeProblem(type, "why");
+    EXPECT_EQ(p.type, want.first);
+    EXPECT_EQ(static_cast<int>(p.status), want.second) << want.first;
+    EXPECT_EQ(p.title, Describe(type).title) << want.first;
+    EXPECT_EQ(p.detail, "why");
+    json::object o = json::parse(ProblemJson(p)).as_object();
+    EXPECT_EQ(o.at("type").as_string(), "urn:fencing-proxy:problem:" + std::string(want.first));
+    EXPECT_EQ(o.at("status").to_number<int64_t>(), want.second) << want.first;
+  }
+}
+
 // ---------------------------------------------------------------- problems
 
 constexpr uint64_t kMaxToken = std::numeric_limits<uint64_t>::max();
 
 Problem StaleProblem() {
-  Problem p = MakeProblem(http::status::conflict, "stale-token", "Stale fencing token",
-                          "token 3 is below the fence's max_token");
+  Problem p = MakeProblem(ProblemType::kStaleToken, "token 3 is below the fence's max_token");
   p.route = "orders";
   p.fence = "orders-fence";
   p.token = 3;
@@ -66,7 +112,7 @@ TEST(ProblemJsonTest, HasEveryFieldWithItsJsonType) {
 }
 
 TEST(ProblemJsonTest, OmitsWhatDoesNotApply) {
-  Problem p = MakeProblem(http::status::bad_request, "bad-path", "Bad path", "a dot segment");
+  Problem p = MakeProblem(ProblemType::kAmbiguousPath, "a dot segment");
   json::object o = json::parse(ProblemJson(p)).as_object();
   EXPECT_EQ(o.at("status").to_number<int64_t>(), 400);
   for (const char* key : {"route", "fence", "token", "max_token"}) EXPECT_FALSE(o.contains(key)) << key;
@@ -82,7 +128,7 @@ TEST(ProblemJsonTest, TokenZeroIsStillWritten) {
 }
 
 TEST(ProblemJsonTest, EscapesTheDetail) {
-  Problem p = MakeProblem(http::status::bad_request, "x", "X", "quote \" backslash \\ newline \n ctl \x01 é");
+  Problem p = MakeProblem(ProblemType::kMalformedRequest, "quote \" backslash \\ newline \n ctl \x01 é");
   json::object o = json::parse(ProblemJson(p)).as_object();
   EXPECT_EQ(o.at("detail").as_string(), "quote \" backslash \\ newline \n ctl \x01 é");
 }
