@@ -3,6 +3,8 @@
 // holds plain pointers resolved once per route or fence, so counting is an atomic add, never a
 // label lookup.
 
+#include "http/outcome.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -17,27 +19,6 @@
 #include <string_view>
 
 namespace fencing {
-
-// The `outcome` label of fencing_proxy_requests_total. Each request counts exactly once.
-enum class Outcome {
-  kForwarded,          // a fenced write whose token was admitted, answered by the backend
-  kUnfenced,           // not fenced (method not fenced, or no token with missing_token: allow)
-  kRejectedStale,      // 409
-  kRejectedMissing,    // 428
-  kRejectedMalformed,  // 400: bad token
-  kObservedStale,      // observe mode: would have been 409, forwarded
-  kObservedMissing,    // observe mode: would have been 428, forwarded
-  kObservedMalformed,  // observe mode: would have been 400, forwarded
-  kRaiseFailed,        // 503: the state file could not be written or synced
-  kUpstreamError,      // 502/504: the backend could not be reached or was too slow
-  kRejectedPath,       // 400: a path that could reach the backend as another route
-  kUnmatched,          // no route matched (forwarded, or 404 with unmatched: reject)
-  kRejectedRequest,    // 4xx for the request itself: bad framing, limits, methods
-  kRejectedJump,       // 409: a raise further above the max than max_token_jump allows
-  kObservedJump,       // observe mode: would have been refused for its jump, forwarded
-  kCount
-};
-std::string_view OutcomeName(Outcome outcome);
 
 // The route label used for requests that match no route (route names cannot contain '(').
 inline constexpr std::string_view kNoRouteLabel = "(none)";
