@@ -117,11 +117,10 @@ const RouteMetrics& Metrics::ForRoute(std::string_view route) {
 const FenceMetrics& Metrics::ForFence(std::string_view fence) {
   std::lock_guard lock(mu_);
   if (auto it = fences_.find(fence); it != fences_.end()) return *it->second;
-  auto metrics = std::make_unique<FenceMetrics>();
   std::string name(fence);
-  metrics->max_token = &max_token_->Add({{"fence", name}});
-  metrics->raises = &token_raises_total_->Add({{"fence", name}});
-  metrics->raise_wait_seconds = &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets);
+  auto metrics = std::make_unique<FenceMetrics>(&max_token_->Add({{"fence", name}}),
+                                                &token_raises_total_->Add({{"fence", name}}),
+                                                &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets));
   return *fences_.emplace(std::move(name), std::move(metrics)).first->second;
 }
 
