@@ -7,12 +7,6 @@
 namespace fencing {
 namespace {
 
-constexpr std::string_view kOutcomeNames[] = {
-    "forwarded",       "unfenced",          "rejected_stale", "rejected_missing",  "rejected_malformed",
-    "observed_stale",  "observed_missing",  "observed_malformed", "raise_failed",  "upstream_error",
-    "rejected_path",   "unmatched",         "rejected_request",   "rejected_jump", "observed_jump"};
-static_assert(std::size(kOutcomeNames) == static_cast<size_t>(Outcome::kCount));
-
 // Latency buckets from 100 µs (loopback backend) to 30 s (the default request timeout).
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -21,8 +15,6 @@ const prometheus::Histogram::BucketBoundaries kSyncBuckets = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
 
 }  // namespace
-
-std::string_view OutcomeName(Outcome outcome) { return kOutcomeNames[static_cast<size_t>(outcome)]; }
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using prometheus::BuildCounter;
@@ -115,7 +107,7 @@ const RouteMetrics& Metrics::ForRoute(std::string_view route) {
   std::string name(route);
   for (size_t i = 0; i < metrics->outcomes.size(); ++i) {
     metrics->outcomes[i] =
-        &requests_total_->Add({{"route", name}, {"outcome", std::string(kOutcomeNames[i])}});
+        &requests_total_->Add({{"route", name}, {"outcome", std::string(OutcomeName(static_cast<Outcome>(i)))}});
   }
   metrics->inflight = &inflight_requests_->Add({{"route", name}});
   metrics->upstream_seconds = &upstream_request_seconds_->Add({{"route", name}}, kLatencyBuckets);
@@ -125,11 +117,10 @@ const RouteMetrics& Metrics::ForRoute(std::string_view route) {
 const FenceMetrics& Metrics::ForFence(std::string_view fence) {
   std::lock_guard lock(mu_);
   if (auto it = fences_.find(fence); it != fences_.end()) return *it->second;
-  auto metrics = std::make_unique<FenceMetrics>();
   std::string name(fence);
-  metrics->max_token = &max_token_->Add({{"fence", name}});
-  metrics->raises = &token_raises_total_->Add({{"fence", name}});
-  metrics->raise_wait_seconds = &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets);
+  auto metrics = std::make_unique<FenceMetrics>(&max_token_->Add({{"fence", name}}),
+                                                &token_raises_total_->Add({{"fence", name}}),
+                                                &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets));
   return *fences_.emplace(std::move(name), std::move(metrics)).first->second;
 }
 

@@ -3,6 +3,9 @@
 // holds plain pointers resolved once per route or fence, so counting is an atomic add, never a
 // label lookup.
 
+#include "fence/fence_observer.h"
+#include "http/outcome.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -18,27 +21,6 @@
 
 namespace fencing {
 
-// The `outcome` label of fencing_proxy_requests_total. Each request counts exactly once.
-enum class Outcome {
-  kForwarded,          // a fenced write whose token was admitted, answered by the backend
-  kUnfenced,           // not fenced (method not fenced, or no token with missing_token: allow)
-  kRejectedStale,      // 409
-  kRejectedMissing,    // 428
-  kRejectedMalformed,  // 400: bad token
-  kObservedStale,      // observe mode: would have been 409, forwarded
-  kObservedMissing,    // observe mode: would have been 428, forwarded
-  kObservedMalformed,  // observe mode: would have been 400, forwarded
-  kRaiseFailed,        // 503: the state file could not be written or synced
-  kUpstreamError,      // 502/504: the backend could not be reached or was too slow
-  kRejectedPath,       // 400: a path that could reach the backend as another route
-  kUnmatched,          // no route matched (forwarded, or 404 with unmatched: reject)
-  kRejectedRequest,    // 4xx for the request itself: bad framing, limits, methods
-  kRejectedJump,       // 409: a raise further above the max than max_token_jump allows
-  kObservedJump,       // observe mode: would have been refused for its jump, forwarded
-  kCount
-};
-std::string_view OutcomeName(Outcome outcome);
-
 // The route label used for requests that match no route (route names cannot contain '(').
 inline constexpr std::string_view kNoRouteLabel = "(none)";
 
@@ -50,25 +32,32 @@ struct RouteMetrics {
   void Count(Outcome outcome) const { outcomes[static_cast<size_t>(outcome)]->Increment(); }
 };
 
-struct FenceMetrics {
-  prometheus::Gauge* max_token = nullptr;
-  prometheus::Counter* raises = nullptr;
-  prometheus::Histogram* raise_wait_seconds = nullptr;
+struct FenceMetrics final : FenceObserver {
+  FenceMetrics(prometheus::Gauge* m, prometheus::Counter* r, prometheus::Histogram* w)
+      : max_token(m), raises(r), raise_wait_seconds(w) {}
+  prometheus::Gauge* max_token;
+  prometheus::Counter* raises;
+  prometheus::Histogram* raise_wait_seconds;
+
+  // A float64 gauge: exact up to 2^53, which the metric's help says.
+  void MaxToken(uint64_t value) const override { max_token->Set(static_cast<double>(value)); }
+  void Raised() const override { raises->Increment(); }
+  void RaiseWaited(double seconds) const override { raise_wait_seconds->Observe(seconds); }
 };
 
-class Metrics {
+class Metrics final : public FenceRegistryObserver {
  public:
   Metrics();
 
   // Stable pointers, created on first use (thread-safe; not for the per-request path).
   const RouteMetrics& ForRoute(std::string_view route);
-  const FenceMetrics& ForFence(std::string_view fence);
+  const FenceMetrics& ForFence(std::string_view fence) override;
+  void StateWriteFailed() override { state_write_failures_->Increment(); }
 
   prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
   prometheus::Gauge& connections() { return *connections_; }
   prometheus::Counter& connections_refused() { return *connections_refused_; }
   prometheus::Counter& connections_evicted() { return *connections_evicted_; }
-  prometheus::Counter& state_write_failures() { return *state_write_failures_; }
   prometheus::Counter& state_compactions(bool ok) { return ok ? *state_compactions_ : *state_compactions_failed_; }
   prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
   prometheus::Gauge& config_last_reload_success_timestamp_seconds() { return *config_last_reload_success_timestamp_; }

@@ -1,20 +1,18 @@
 #include "fence/fence.h"
 
-#include "admin/metrics.h"
-
 #include <algorithm>
 
 namespace fencing {
 
 Fence::Fence(std::string name, uint64_t max_token, FencePersister& persister,
-             const std::atomic<bool>& state_failed, Clock clock, const FenceMetrics* metrics)
+             const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer)
     : name_(std::move(name)),
       persister_(persister),
       state_failed_(state_failed),
       clock_(std::move(clock)),
-      metrics_(metrics),
+      observer_(observer),
       max_token_(max_token) {
-  if (metrics_) metrics_->max_token->Set(static_cast<double>(max_token_));
+  if (observer_) observer_->MaxToken(max_token_);
 }
 
 AdmitResult Fence::Admit(uint64_t token, RaiseWaiter& waiter, uint64_t max_jump) {
@@ -84,7 +82,7 @@ uint64_t Fence::TakeRaiseToPersist() {
   // A raise is written only when nothing older is still in flight: that is the drain barrier.
   if (pending_ == 0 || persisting_ != 0 || inflight_ != 0) return 0;
   persisting_ = pending_;
-  if (metrics_) metrics_->raise_wait_seconds->Observe(clock_() - pending_since_);
+  if (observer_) observer_->RaiseWaited(clock_() - pending_since_);
   return persisting_;
 }
 
@@ -113,9 +111,9 @@ void Fence::OnPersisted(uint64_t token, bool ok) {
 
 void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
   max_token_ = std::max(max_token_, persisted);
-  if (metrics_) {
-    metrics_->max_token->Set(static_cast<double>(max_token_));
-    metrics_->raises->Increment();
+  if (observer_) {
+    observer_->MaxToken(max_token_);
+    observer_->Raised();
   }
   if (pending_ == persisted) {
     // Everyone carrying the new max goes at once; they are all equal tokens.

@@ -12,6 +12,8 @@
 // threads or files: persistence and wake-ups go through small interfaces, so tests can drive it
 // with a virtual clock and seeded schedules.
 
+#include "fence/fence_observer.h"
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -20,8 +22,6 @@
 #include <vector>
 
 namespace fencing {
-
-struct FenceMetrics;
 
 enum class Admission {
   kAdmitted,  // forward now; call Release() when the exchange with the backend has ended
@@ -69,9 +69,10 @@ class Fence {
  public:
   using Clock = std::function<double()>;  // seconds, monotonic; injectable for tests
 
-  // state_failed is shared by every fence: one failed sync stops all fenced writes.
+  // state_failed is shared by every fence: one failed sync stops all fenced writes. observer
+  // may be null (no reports).
   Fence(std::string name, uint64_t max_token, FencePersister& persister,
-        const std::atomic<bool>& state_failed, Clock clock, const FenceMetrics* metrics);
+        const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer);
 
   const std::string& name() const { return name_; }
 
@@ -111,7 +112,7 @@ class Fence {
   FencePersister& persister_;
   const std::atomic<bool>& state_failed_;
   const Clock clock_;
-  const FenceMetrics* metrics_;
+  const FenceObserver* observer_;
 
   mutable std::mutex mu_;
   uint64_t max_token_;            // durable

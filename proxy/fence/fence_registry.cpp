@@ -1,6 +1,5 @@
 #include "fence/fence_registry.h"
 
-#include "admin/metrics.h"
 #include "common/log.h"
 
 #include <chrono>
@@ -14,12 +13,12 @@ double SteadySeconds() {
 
 }  // namespace
 
-FenceRegistry::FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, Metrics& metrics)
-    : writer_(writer), metrics_(metrics) {
+FenceRegistry::FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer)
+    : writer_(writer), observer_(observer) {
   FencePersister& persister = *this;
   for (const auto& [name, max_token] : maxima) {
     fences_.emplace(name, std::make_unique<Fence>(name, max_token, persister, state_failed_, SteadySeconds,
-                                                  &metrics_.ForFence(name)));
+                                                  &observer_.ForFence(name)));
   }
 }
 
@@ -28,7 +27,7 @@ Fence& FenceRegistry::GetOrCreate(std::string_view name) {
   if (auto it = fences_.find(name); it != fences_.end()) return *it->second;
   std::string key(name);
   FencePersister& persister = *this;
-  auto fence = std::make_unique<Fence>(key, 0, persister, state_failed_, SteadySeconds, &metrics_.ForFence(key));
+  auto fence = std::make_unique<Fence>(key, 0, persister, state_failed_, SteadySeconds, &observer_.ForFence(key));
   return *fences_.emplace(std::move(key), std::move(fence)).first->second;
 }
 
@@ -42,7 +41,7 @@ std::vector<FenceRegistry::Entry> FenceRegistry::Snapshot() const {
 
 void FenceRegistry::MarkStateFailed(std::string_view why) {
   if (state_failed_.exchange(true, std::memory_order_acq_rel)) return;
-  metrics_.state_write_failures().Increment();
+  observer_.StateWriteFailed();
   LogError("state file failed: fenced writes are refused until the proxy is restarted", {{"reason", why}});
 }
 

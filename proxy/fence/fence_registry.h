@@ -3,6 +3,7 @@
 // more) and those the routes name. Raises are made durable through the StateWriter.
 
 #include "fence/fence.h"
+#include "fence/fence_observer.h"
 #include "state/state_writer.h"
 
 #include <atomic>
@@ -15,12 +16,10 @@
 
 namespace fencing {
 
-class Metrics;
-
 class FenceRegistry : private FencePersister {
  public:
-  // maxima: as replayed from the state file. writer: where raises go.
-  FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, Metrics& metrics);
+  // maxima: as replayed from the state file. writer: where raises go. observer: the metrics.
+  FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer);
 
   // The fence named `name`, created at max_token 0 if new. Pointers stay valid for the
   // registry's lifetime (fences are never removed: a fence's max must outlive its routes).
@@ -42,7 +41,7 @@ class FenceRegistry : private FencePersister {
   void Persist(Fence& fence, uint64_t token) override;
 
   StateWriter& writer_;
-  Metrics& metrics_;
+  FenceRegistryObserver& observer_;
   std::atomic<bool> state_failed_{false};
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Fence>, std::less<>> fences_;

@@ -1,6 +1,6 @@
 #include "server/exchange.h"
 
-#include "server/header_rewrite.h"
+#include "http/header_rewrite.h"
 
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -69,14 +69,6 @@ class GatherWrite {
   std::array<asio::const_buffer, 5> buffers_{};
 };
 
-Problem RequestBodyProblem(const BodyDecoder& decoder) {
-  if (decoder.status() == BodyDecoder::Status::kTooLarge) {
-    return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                       "the request body exceeds limits.max_body_bytes");
-  }
-  return MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
-                     std::string("the request body is refused because it has ") + decoder.reason());
-}
 
 }  // namespace
 
@@ -88,11 +80,9 @@ Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
   // timed_out: the connection's deadline passed (its sweep cancelled the exchange): 504. A connect
   // that ran out of timeouts.connect is a 502 like any other unreachable backend.
   if (cancel_.timed_out) {
-    return MakeProblem(http::status::gateway_timeout, "upstream-timeout", "Backend too slow",
-                       "the backend did not answer within timeouts.request");
+    return MakeProblem(ProblemType::kUpstreamTimeout, "the backend did not answer within timeouts.request");
   }
-  return MakeProblem(http::status::bad_gateway, "upstream-unavailable", "Backend unreachable",
-                     "the backend could not be reached or closed the connection without an answer: " + ec.message());
+  return MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached or closed the connection without an answer: " + ec.message());
 }
 
 void Exchange::Fail(ExchangeResult& result, const boost::system::error_code& ec) const {
@@ -166,7 +156,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
     if (sent == Sent::kBodyFailed) {
       // The client's body broke off or broke the rules mid-stream: the backend has a truncated
       // request, so both connections close; the client hears why if it still listens.
-      if (body.failed()) result.problem = RequestBodyProblem(body.decoder());
+      if (body.failed()) result.problem = body.problem();
       result.body_failed = true;
       result.keep_alive = false;
       co_return result;

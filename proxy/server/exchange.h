@@ -14,7 +14,7 @@
 // Tests drive it over real sockets against a scripted backend (tests/unit/server/exchange_test.cpp).
 
 #include "common/io.h"
-#include "server/problem.h"
+#include "http/problem.h"
 #include "server/request_body.h"
 #include "upstream/upstream_pool.h"
 

@@ -9,6 +9,14 @@ namespace {
 constexpr size_t kReadSize = 16 * 1024;
 }  // namespace
 
+Problem RequestBody::problem() const {
+  if (decoder_.status() == BodyDecoder::Status::kTooLarge) {
+    return MakeProblem(ProblemType::kBodyTooLarge, "the request body exceeds limits.max_body_bytes");
+  }
+  return MakeProblem(ProblemType::kMalformedBody,
+                     std::string("the request body is refused because it has ") + decoder_.reason());
+}
+
 bool RequestBody::MakeRoom(size_t keep) {
   if (size_ < capacity_) return true;
   const size_t limit = capacity_limit(keep);

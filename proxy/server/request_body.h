@@ -9,6 +9,7 @@
 
 #include "common/io.h"
 #include "common/page_allocator.h"
+#include "http/problem.h"
 #include "http/body_decoder.h"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -39,6 +40,8 @@ class RequestBody {
   io::Awaitable<boost::system::error_code> Read(io::Socket& client, ClientBuffer& in, size_t keep);
 
   const BodyDecoder& decoder() const { return decoder_; }
+  // What to answer a failed() body with: 413 over limits.max_body_bytes, else 400.
+  Problem problem() const;
   bool complete() const { return decoder_.done(); }
   bool failed() const { return decoder_.failed(); }
   // The whole body is held (complete, nothing written and dropped yet): the request can be sent,

@@ -1,10 +1,10 @@
 #include "server/request_plan.h"
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 #include "fence/token.h"
 #include "routing/path_check.h"
-#include "server/framing.h"
+#include "http/framing.h"
 
 #include <functional>
 #include <string>
@@ -29,13 +29,14 @@ void Forward(RequestPlan& plan, Outcome outcome) {
   plan.outcome = outcome;
 }
 
-void RejectWith(RequestPlan& plan, Outcome outcome, http::status status, std::string_view type,
-                std::string_view title, std::string detail) {
+// Keeps the route, fence and token already in plan.problem.
+void RejectWith(RequestPlan& plan, Outcome outcome, ProblemType type, std::string detail) {
+  const ProblemTypeInfo& info = Describe(type);
   plan.action = RequestPlan::Action::kReject;
   plan.outcome = outcome;
-  plan.problem.status = status;
-  plan.problem.type = type;
-  plan.problem.title = title;
+  plan.problem.status = info.status;
+  plan.problem.type = info.slug;
+  plan.problem.title = info.title;
   plan.problem.detail = std::move(detail);
 }
 
@@ -61,37 +62,33 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
   OtherFieldCounts counts;
   if (FramingCheck framing = CheckRequestFraming(head, &counts); !framing.ok) {
     return Reject(Outcome::kRejectedRequest,
-                  MakeProblem(http::status::bad_request, "ambiguous-framing", "Ambiguous request framing",
+                  MakeProblem(ProblemType::kAmbiguousFraming,
                               std::string("the request is refused because it has ") + framing.reason),
                   true);
   }
   // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
   if (size_t hosts = counts.hosts; hosts > 1 || (hosts == 0 && head.version() >= 11)) {
     return Reject(Outcome::kRejectedRequest,
-                  MakeProblem(http::status::bad_request, "bad-host", "Bad Host header",
-                              hosts ? "the request has more than one Host header"
-                                    : "an HTTP/1.1 request must have a Host header"));
+                  MakeProblem(ProblemType::kBadHost, hosts ? "the request has more than one Host header"
+                                                           : "an HTTP/1.1 request must have a Host header"));
   }
   // After CONNECT or an Upgrade the client's next bytes belong to another protocol: the
   // connection is closed rather than read as the next request.
   if (head.method() == http::verb::connect) {
     return Reject(Outcome::kRejectedRequest,
-                  MakeProblem(http::status::method_not_allowed, "method-not-allowed", "Method not allowed",
-                              "CONNECT is not proxied"),
-                  true);
+                  MakeProblem(ProblemType::kMethodNotAllowed, "CONNECT is not proxied"), true);
   }
   if (counts.upgrades > 0) {
     // A switched protocol would carry writes the fence never sees.
     return Reject(Outcome::kRejectedRequest,
-                  MakeProblem(http::status::bad_request, "upgrade-refused", "Protocol upgrade refused",
-                              "protocol upgrades (Upgrade header) are not proxied"),
+                  MakeProblem(ProblemType::kUpgradeRefused, "protocol upgrades (Upgrade header) are not proxied"),
                   true);
   }
 
   TargetCheck target = CheckRequestTarget(head.target());
   if (!target.ok) {
     return Reject(Outcome::kRejectedPath,
-                  MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
+                  MakeProblem(ProblemType::kAmbiguousPath,
                               std::string("the path could reach the backend as another route: ") + target.reason));
   }
 
@@ -115,13 +112,13 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
   if (target.path.find(';') != std::string_view::npos &&
       runtime.Match(WithoutPathParameters(target.path)) != plan.route) {
     return Reject(Outcome::kRejectedPath,
-                  MakeProblem(http::status::bad_request, "ambiguous-path", "Ambiguous request path",
+                  MakeProblem(ProblemType::kAmbiguousPath,
                               "the path could reach the backend as another route: a path parameter (';') "
                               "changes the route the path matches"));
   }
   if (!plan.route) {
     if (config.unmatched == Unmatched::kReject) {
-      RejectWith(plan, Outcome::kUnmatched, http::status::not_found, "no-route", "No route",
+      RejectWith(plan, Outcome::kUnmatched, ProblemType::kNoRoute,
                  "no route matches the path and unmatched is reject");
     } else {
       Forward(plan, Outcome::kUnmatched);
@@ -154,8 +151,7 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
       } else if (observe) {
         Forward(plan, Outcome::kObservedMissing);
       } else {
-        RejectWith(plan, Outcome::kRejectedMissing, http::status::precondition_required, "missing-token",
-                   "Fencing token required",
+        RejectWith(plan, Outcome::kRejectedMissing, ProblemType::kMissingToken,
                    "this route fences " + std::string(head.method_string()) +
                        " requests: send the lock's token in " + header);
       }
@@ -164,8 +160,7 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
       if (observe) {
         Forward(plan, Outcome::kObservedMalformed);
       } else {
-        RejectWith(plan, Outcome::kRejectedMalformed, http::status::bad_request, "malformed-token",
-                   "Malformed fencing token",
+        RejectWith(plan, Outcome::kRejectedMalformed, ProblemType::kMalformedToken,
                    std::string(token.reason) + "; " + header +
                        " must be one value of 1-20 ASCII digits, at most 18446744073709551615");
       }
@@ -191,7 +186,7 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
         Forward(plan, Outcome::kObservedStale);
         return;
       }
-      RejectWith(plan, Outcome::kRejectedStale, http::status::conflict, "stale-token", "Stale fencing token",
+      RejectWith(plan, Outcome::kRejectedStale, ProblemType::kStaleToken,
                  "token " + std::to_string(plan.token) + " is below the fence's max_token " +
                      std::to_string(max_token) + ": a newer lock holder has written");
       return;
@@ -200,7 +195,7 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
         Forward(plan, Outcome::kObservedJump);
         return;
       }
-      RejectWith(plan, Outcome::kRejectedJump, http::status::conflict, "token-jump", "Fencing token jumps too far",
+      RejectWith(plan, Outcome::kRejectedJump, ProblemType::kTokenJump,
                  "token " + std::to_string(plan.token) + " is more than max_token_jump (" +
                      std::to_string(plan.route->config->max_token_jump) + ") above the fence's max_token " +
                      std::to_string(max_token) + "; if the lock service really moved that far, raise the fence "
@@ -213,8 +208,7 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
         Forward(plan, Outcome::kRaiseFailed);
         return;
       }
-      RejectWith(plan, Outcome::kRaiseFailed, http::status::service_unavailable, "state-unavailable",
-                 "Fence state unavailable",
+      RejectWith(plan, Outcome::kRaiseFailed, ProblemType::kStateUnavailable,
                  admission == Admission::kFailed
                      ? "the state file could not be written or synced: fenced writes are refused until an "
                        "operator restarts the proxy"

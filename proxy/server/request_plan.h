@@ -5,7 +5,7 @@
 
 #include "admin/metrics.h"
 #include "fence/fence.h"
-#include "server/problem.h"
+#include "http/problem.h"
 #include "server/runtime.h"
 
 #include <boost/beast/http/message.hpp>

@@ -3,7 +3,7 @@
 // its fence and metrics, resolved once. A reload builds a new Runtime and swaps a pointer.
 
 #include "admin/metrics.h"
-#include "common/ascii.h"
+#include "http/ascii.h"
 #include "config/config.h"
 #include "fence/fence.h"
 #include "routing/route_table.h"

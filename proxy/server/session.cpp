@@ -1,9 +1,9 @@
 #include "server/session.h"
 
-#include "common/ascii.h"
 #include "common/log.h"
-#include "server/header_rewrite.h"
-#include "server/raw_head.h"
+#include "http/ascii.h"
+#include "http/header_rewrite.h"
+#include "http/raw_head.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -345,21 +345,13 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
     boost::system::error_code ec = co_await body.Read(socket_, buffer_, keep);
     if (ec) {
       if (cancel_.timed_out) {
-        co_return MakeProblem(http::status::request_timeout, "body-timeout", "Request body too slow",
-                              "the request body did not arrive within timeouts.request");
+        co_return MakeProblem(ProblemType::kBodyTimeout, "the request body did not arrive within timeouts.request");
       }
       *gone = true;  // the client went away: nothing of the request was sent
       co_return std::nullopt;
     }
   }
-  if (body.decoder().status() == BodyDecoder::Status::kTooLarge) {
-    co_return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                          "the request body exceeds limits.max_body_bytes");
-  }
-  if (body.failed()) {
-    co_return MakeProblem(http::status::bad_request, "malformed-body", "Malformed request body",
-                          std::string("the request body is refused because it has ") + body.decoder().reason());
-  }
+  if (body.failed()) co_return body.problem();
   co_return std::nullopt;
 }
 
@@ -403,24 +395,20 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
     buffer_.commit(n);
   }
   if (head_length == 0 || head_length > limit) {
-    co_return MakeProblem(http::status::request_header_fields_too_large, "header-too-large",
-                          "Request header too large", "the request head exceeds limits.max_header_bytes");
+    co_return MakeProblem(ProblemType::kHeaderTooLarge, "the request head exceeds limits.max_header_bytes");
   }
   std::string_view head(static_cast<const char*>(buffer_.data().data()), head_length);
   if (RawHeadCheck raw = CheckRawHead(head); !raw.ok) {
-    co_return MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
-                          std::string("the request head is refused because it has ") + raw.reason);
+    co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + raw.reason);
   }
   boost::system::error_code ec;
   size_t used = parser.put(asio::buffer(head.data(), head.size()), ec);
   if (!ec && !parser.is_header_done()) ec = http::error::partial_message;
   if (ec) {
     if (ec == http::error::body_limit) {
-      co_return MakeProblem(http::status::payload_too_large, "body-too-large", "Request body too large",
-                            "the request body exceeds limits.max_body_bytes");
+      co_return MakeProblem(ProblemType::kBodyTooLarge, "the request body exceeds limits.max_body_bytes");
     }
-    co_return MakeProblem(http::status::bad_request, "malformed-request", "Malformed request",
-                          "the request head could not be parsed: " + ec.message());
+    co_return MakeProblem(ProblemType::kMalformedRequest, "the request head could not be parsed: " + ec.message());
   }
   buffer_.consume(used);
   co_return std::nullopt;

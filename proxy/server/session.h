@@ -6,14 +6,14 @@
 // lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
-#include "server/worker.h"
 #include "common/io.h"
 #include "common/page_allocator.h"
+#include "http/problem.h"
 #include "server/exchange.h"
-#include "server/problem.h"
 #include "server/request_body.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
+#include "server/worker.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>

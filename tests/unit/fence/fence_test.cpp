@@ -6,9 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -24,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "admin/metrics.h"
+#include "fence/fence_observer.h"
 #include "fence/fence.h"
 
 namespace fencing {
@@ -109,22 +106,28 @@ testing::AssertionResult ResolvedOnce(const FakeWaiter& w, Admission expected, u
   return testing::AssertionSuccess();
 }
 
-// Real prometheus objects, not registered anywhere: the fence only needs the pointers.
-struct TestFenceMetrics {
-  prometheus::Gauge max_token;
-  prometheus::Counter raises;
-  prometheus::Histogram raise_wait{prometheus::Histogram::BucketBoundaries{0.5, 1, 2, 5}};
-  FenceMetrics pointers{&max_token, &raises, &raise_wait};
+// What the fence reports, kept as the metrics would show it (the fence knows no metrics library).
+struct TestFenceMetrics final : FenceObserver {
+  mutable double max_token = -1;  // -1: never reported
+  mutable double raises = 0;
+  mutable uint64_t waits = 0;
+  mutable double wait_total = 0;
 
-  uint64_t wait_count() const { return raise_wait.Collect().histogram.sample_count; }
-  double wait_sum() const { return raise_wait.Collect().histogram.sample_sum; }
+  void MaxToken(uint64_t value) const override { max_token = static_cast<double>(value); }
+  void Raised() const override { raises += 1; }
+  void RaiseWaited(double seconds) const override {
+    ++waits;
+    wait_total += seconds;
+  }
+  uint64_t wait_count() const { return waits; }
+  double wait_sum() const { return wait_total; }
 };
 
 class FenceTest : public testing::Test {
  protected:
   static constexpr uint64_t kStart = 5;
 
-  std::unique_ptr<Fence> MakeFence(uint64_t max, const FenceMetrics* metrics = nullptr) {
+  std::unique_ptr<Fence> MakeFence(uint64_t max, const FenceObserver* metrics = nullptr) {
     return std::make_unique<Fence>("orders", max, persister_, state_failed_, [this] { return now_; }, metrics);
   }
 
@@ -469,8 +472,8 @@ TEST_F(FenceTest, SnapshotTracksEachPhase) {
 
 TEST_F(FenceTest, MetricsMeasureRaiseWaitOnTheInjectedClock) {
   TestFenceMetrics m;
-  auto fence = MakeFence(5, &m.pointers);
-  EXPECT_EQ(m.max_token.Value(), 5.0) << "the gauge starts at the recovered max";
+  auto fence = MakeFence(5, &m);
+  EXPECT_EQ(m.max_token, 5.0) << "the gauge starts at the recovered max";
 
   ASSERT_TRUE(Is(Admission::kAdmitted, 5, fence->Admit(5, w1_)));
   now_ = 110.0;
@@ -481,13 +484,13 @@ TEST_F(FenceTest, MetricsMeasureRaiseWaitOnTheInjectedClock) {
   fence->Release();  // the drain ends at 112.5
   EXPECT_EQ(m.wait_count(), 1u);
   EXPECT_DOUBLE_EQ(m.wait_sum(), 2.5);
-  EXPECT_EQ(m.max_token.Value(), 5.0) << "the gauge moved before the raise was durable";
-  EXPECT_EQ(m.raises.Value(), 0.0);
+  EXPECT_EQ(m.max_token, 5.0) << "the gauge moved before the raise was durable";
+  EXPECT_EQ(m.raises, 0.0);
 
   now_ = 200.0;  // time spent writing is state_sync_seconds, not raise wait
   persister_.Complete(true);
-  EXPECT_EQ(m.max_token.Value(), 7.0);
-  EXPECT_EQ(m.raises.Value(), 1.0);
+  EXPECT_EQ(m.max_token, 7.0);
+  EXPECT_EQ(m.raises, 1.0);
   EXPECT_EQ(m.wait_count(), 1u);
 
   // A raise with nothing in flight waits for nothing.
@@ -496,18 +499,18 @@ TEST_F(FenceTest, MetricsMeasureRaiseWaitOnTheInjectedClock) {
   EXPECT_EQ(m.wait_count(), 2u);
   EXPECT_DOUBLE_EQ(m.wait_sum(), 2.5);
   persister_.Complete(true);
-  EXPECT_EQ(m.raises.Value(), 2.0);
-  EXPECT_EQ(m.max_token.Value(), 8.0);
+  EXPECT_EQ(m.raises, 2.0);
+  EXPECT_EQ(m.max_token, 8.0);
 }
 
 TEST_F(FenceTest, FailedRaiseIsNotCountedNorShownAsMax) {
   TestFenceMetrics m;
-  auto fence = MakeFence(5, &m.pointers);
+  auto fence = MakeFence(5, &m);
   ASSERT_TRUE(Is(Admission::kWaiting, 9, fence->Admit(9, w1_)));
   state_failed_ = true;
   persister_.Complete(false);
-  EXPECT_EQ(m.raises.Value(), 0.0);
-  EXPECT_EQ(m.max_token.Value(), 5.0);
+  EXPECT_EQ(m.raises, 0.0);
+  EXPECT_EQ(m.max_token, 5.0);
 }
 
 // ------------------------------------------------------------------ seeded random schedules
@@ -532,7 +535,7 @@ class Schedule {
     may_fail_ = seed % 7 == 3;
     durable_ = start_;
     fence_ = std::make_unique<Fence>("f", start_, persister_, state_failed_, [this] { return now_; },
-                                     seed % 2 ? &metrics_.pointers : nullptr);
+                                     seed % 2 ? &metrics_ : nullptr);
     persister_.before_persist = [this](uint64_t token) {
       // (c) the drain barrier: nothing admitted may run while the max changes under it.
       Check(admitted_.empty(), "Persist called with requests admitted");
@@ -747,7 +750,7 @@ class Schedule {
     if (metrics_used()) {
       Check(metrics_.wait_count() == persists_, "one raise_wait observation per write");
       Check(metrics_.wait_sum() >= 0, "negative raise wait");
-      Check(metrics_.max_token.Value() == static_cast<double>(s.max_token), "max_token gauge is off");
+      Check(metrics_.max_token == static_cast<double>(s.max_token), "max_token gauge is off");
     }
   }
 

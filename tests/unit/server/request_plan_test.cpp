@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 #include <boost/beast/http.hpp>
 #include <boost/json/parse.hpp>
@@ -25,7 +25,7 @@
 #include "admin/metrics.h"
 #include "config/config.h"
 #include "fence/fence.h"
-#include "server/problem.h"
+#include "http/problem.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
 

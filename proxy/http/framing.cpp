@@ -1,6 +1,6 @@
-#include "server/framing.h"
+#include "http/framing.h"
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 
 namespace fencing {

@@ -1,6 +1,6 @@
-#include "server/header_rewrite.h"
+#include "http/header_rewrite.h"
 
-#include "common/ascii.h"
+#include "http/ascii.h"
 
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>

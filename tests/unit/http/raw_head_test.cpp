@@ -1,4 +1,4 @@
-// The byte-level head checks that run before Boost.Beast sees a request (server/raw_head.h):
+// The byte-level head checks that run before Boost.Beast sees a request (http/raw_head.h):
 // FindHeadEnd measures the head as bytes arrive, CheckRawHead refuses every head that two HTTP
 // parsers could read differently (obs-fold, bare CR or LF, control bytes, odd names or request
 // lines). Both are driven from tables; each refusal must say why.
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/raw_head.h"
+#include "http/raw_head.h"
 
 namespace fencing {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/raw_head.h"
+#include "http/raw_head.h"
 
 #include <array>
 #include <cstring>

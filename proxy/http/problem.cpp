@@ -1,4 +1,4 @@
-#include "server/problem.h"
+#include "http/problem.h"
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
