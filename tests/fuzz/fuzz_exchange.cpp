@@ -162,6 +162,10 @@ class Backend {
     std::vector<BackendConn> kept;
     for (BackendConn& c : conns_) {
       if (!c.open) continue;
+      if (c.parsed == c.data.size()) {  // all served: forget it, or a pooled connection grows forever
+        c.data.clear();
+        c.parsed = 0;
+      }
       c.mark = c.data.size();
       c.requests = 0;
       kept.push_back(std::move(c));
