@@ -382,6 +382,26 @@ class ResponseReader:
                 return status, headers, body
 
 
+def read_until_closed(sock, timeout):
+    """Bytes the peer sends until it closes (EOF or reset) -> (bytes, closed)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, False
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            return data, False
+        except OSError:  # reset, or refused after a close
+            return data, True
+        if not chunk:
+            return data, True
+        data += chunk
+
+
 def read_response(sock, timeout=IO_TIMEOUT):
     """One response from a raw socket (see ResponseReader; use that to read several)."""
     return ResponseReader(sock, timeout).read()

@@ -19,7 +19,7 @@ import socket
 import time
 import unittest
 
-from harness import HarnessError, ProxyTestCase, ResponseReader, metric
+from harness import HarnessError, ProxyTestCase, ResponseReader, metric, read_until_closed
 
 IO = 5.0  # seconds for one exchange in the table
 
@@ -167,26 +167,6 @@ CASES = [
                                                 target=b"/orders/lower"),
          200, False, [("PUT", "/orders/lower", "10")]),
 ]
-
-
-def read_until_closed(sock, timeout):
-    """Bytes the peer sends until it closes (EOF or reset) -> (bytes, closed)."""
-    data = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return data, False
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            return data, False
-        except (ConnectionResetError, BrokenPipeError):
-            return data, True
-        if not chunk:
-            return data, True
-        data += chunk
 
 
 def wait_closed(sock, timeout):

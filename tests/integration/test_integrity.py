@@ -23,7 +23,7 @@ import socket
 import time
 import unittest
 
-from harness import (HarnessError, ProxyTestCase, ResponseReader, run_cli, wait_for,
+from harness import (HarnessError, ProxyTestCase, ResponseReader, read_until_closed, run_cli, wait_for,
                      write_state_file)
 
 IO = 5.0            # seconds for one exchange
@@ -64,26 +64,6 @@ def send(sock, data):
         sock.sendall(data)
     except OSError:
         pass
-
-
-def read_until_closed(sock, timeout):
-    """Bytes the peer sends until it closes (EOF or reset) -> (bytes, closed)."""
-    data = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return data, False
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            return data, False
-        except OSError:
-            return data, True
-        if not chunk:
-            return data, True
-        data += chunk
 
 
 class IntegrityTest(ProxyTestCase):
@@ -131,6 +111,15 @@ class IntegrityTest(ProxyTestCase):
         self.assertEqual(status, 200, "%s: the sentinel GET after it is forwarded" % what)
         self.assertIn(b"GET /sentinel HTTP/1.1\r\n", backend.received_since(before),
                       "%s: the sentinel reached the backend" % what)
+
+    def assertAllRefused(self, backend, proxy, cases, status=400):
+        """Each (name, request bytes) gets `status` and sends nothing to the backend."""
+        for name, data in cases:
+            with self.subTest(case=name):
+                before = backend.connections()
+                got, headers, body, _, _, _ = self.answer(proxy, data)
+                self.assertProblem((got, headers, body), status, name)
+                self.assertNothingReached(backend, proxy, before, name)
 
     def access_line(self, proxy, method, path):
         """The access-log line of the request (waited for: it is written after the response)."""
@@ -208,12 +197,7 @@ class IntegrityTest(ProxyTestCase):
              fenced_put(b"/orders/torn-large", [b"Transfer-Encoding: chunked"],
                         chunked(*[b"b" * 100000] * 9) + b"zz\r\nhello\r\n0\r\n\r\n")),
         ]
-        for name, data in cases:
-            with self.subTest(case=name):
-                before = backend.connections()
-                status, headers, body, _, _, _ = self.answer(proxy, data)
-                self.assertProblem((status, headers, body), 400, name)
-                self.assertNothingReached(backend, proxy, before, name)
+        self.assertAllRefused(backend, proxy, cases)
         with self.subTest(case="client abandons the body half way"):
             before = backend.connections()
             with connect(proxy.port) as sock:
@@ -272,12 +256,7 @@ class IntegrityTest(ProxyTestCase):
              fenced_put(b"/orders/strip-length", [b"Connection: close, Content-Length",
                                                   b"Content-Length: 5"], b"hello")),
         ]
-        for name, data in cases:
-            with self.subTest(case=name):
-                before = backend.connections()
-                status, headers, body, _, _, _ = self.answer(proxy, data)
-                self.assertProblem((status, headers, body), 400, name)
-                self.assertNothingReached(backend, proxy, before, name)
+        self.assertAllRefused(backend, proxy, cases)
 
     # -- 4. bare CR / LF answered at once ---------------------------------------------------------
 
