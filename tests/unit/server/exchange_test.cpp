@@ -151,15 +151,15 @@ std::string Post(const std::string& method, size_t length) {
 // ---------------------------------------------------------------------------------------------
 // Responses
 
-class SimpleExchange : public ExchangeTest {
+class ExchangeSimple : public ExchangeTest {
  protected:
-  SimpleExchange()
+  ExchangeSimple()
       : ExchangeTest([](Conn& c) {
           c.Serve("HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Backend: yes\r\n\r\nhello");
         }) {}
 };
 
-TEST_F(SimpleExchange, RelaysStatusHeadersAndBodyAndPoolsTheConnection) {
+TEST_F(ExchangeSimple, RelaysStatusHeadersAndBodyAndPoolsTheConnection) {
   Call call{.head = Post("POST", 7), .decoder = BodyDecoder::Length(7), .body = "payload"};
   Outcome o = Run(call);
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
@@ -184,9 +184,9 @@ TEST_F(SimpleExchange, RelaysStatusHeadersAndBodyAndPoolsTheConnection) {
   EXPECT_EQ(backend_.requests(0).size(), 2u);
 }
 
-class InterimResponses : public ExchangeTest {
+class ExchangeInterimResponses : public ExchangeTest {
  protected:
-  InterimResponses()
+  ExchangeInterimResponses()
       : ExchangeTest([](Conn& c) {
           c.Serve(
               "HTTP/1.1 100 Continue\r\n\r\n"
@@ -195,7 +195,7 @@ class InterimResponses : public ExchangeTest {
         }) {}
 };
 
-TEST_F(InterimResponses, AreDropped) {
+TEST_F(ExchangeInterimResponses, AreDropped) {
   Outcome o = Run(Call{.head = Post("PUT", 1), .decoder = BodyDecoder::Length(1), .body = "x"});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -207,12 +207,12 @@ TEST_F(InterimResponses, AreDropped) {
   EXPECT_EQ(pool_.idle_count(), 1u);
 }
 
-class HeadResponse : public ExchangeTest {
+class ExchangeHeadResponse : public ExchangeTest {
  protected:
-  HeadResponse() : ExchangeTest([](Conn& c) { c.Serve("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"); }) {}
+  ExchangeHeadResponse() : ExchangeTest([](Conn& c) { c.Serve("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"); }) {}
 };
 
-TEST_F(HeadResponse, HasNoBodyAndKeepsTheConnection) {
+TEST_F(ExchangeHeadResponse, HasNoBodyAndKeepsTheConnection) {
   Outcome o = Run(Call{.head = "HEAD /r HTTP/1.1\r\nHost: b\r\n\r\n", .head_request = true});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -223,9 +223,9 @@ TEST_F(HeadResponse, HasNoBodyAndKeepsTheConnection) {
   EXPECT_EQ(pool_.idle_count(), 1u) << "the backend connection is still in step";
 }
 
-class ChunkedResponse : public ExchangeTest {
+class ExchangeChunkedResponse : public ExchangeTest {
  protected:
-  ChunkedResponse()
+  ExchangeChunkedResponse()
       : ExchangeTest([](Conn& c) {
           c.Serve(
               "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -233,7 +233,7 @@ class ChunkedResponse : public ExchangeTest {
         }) {}
 };
 
-TEST_F(ChunkedResponse, IsChunkedToAnHttp11Client) {
+TEST_F(ExchangeChunkedResponse, IsChunkedToAnHttp11Client) {
   Outcome o = Run(Call{.head = kGet});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -251,7 +251,7 @@ TEST_F(ChunkedResponse, IsChunkedToAnHttp11Client) {
   EXPECT_EQ(pool_.idle_count(), 1u);
 }
 
-TEST_F(ChunkedResponse, IsCloseDelimitedToAnHttp10Client) {
+TEST_F(ExchangeChunkedResponse, IsCloseDelimitedToAnHttp10Client) {
   Outcome o = Run(Call{.head = kGet, .client_version = 10});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_FALSE(o.result.keep_alive) << "the close delimits the body";
@@ -261,9 +261,9 @@ TEST_F(ChunkedResponse, IsCloseDelimitedToAnHttp10Client) {
   EXPECT_EQ(pool_.idle_count(), 1u) << "the backend connection itself is fine";
 }
 
-class BrokenResponse : public ExchangeTest {
+class ExchangeBrokenResponse : public ExchangeTest {
  protected:
-  BrokenResponse()
+  ExchangeBrokenResponse()
       : ExchangeTest([](Conn& c) {
           c.ReadRequest();
           c.Write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly-ten!!");
@@ -271,7 +271,7 @@ class BrokenResponse : public ExchangeTest {
         }) {}
 };
 
-TEST_F(BrokenResponse, MidBodyClosesTheClientWithoutAProblem) {
+TEST_F(ExchangeBrokenResponse, MidBodyClosesTheClientWithoutAProblem) {
   Outcome o = Run(Call{.head = kGet});
   EXPECT_FALSE(o.result.problem) << "the client has seen part of the response: no 502 can follow";
   EXPECT_FALSE(o.result.keep_alive);
@@ -294,16 +294,16 @@ ScriptedBackend::Script AfterOneGet(std::function<void(Conn&)> then) {
   };
 }
 
-class ClosedWhileIdle : public ExchangeTest {
+class ExchangeClosedWhileIdle : public ExchangeTest {
  protected:
-  ClosedWhileIdle() : ExchangeTest(AfterOneGet([](Conn& c) { c.Close(); })) {}
+  ExchangeClosedWhileIdle() : ExchangeTest(AfterOneGet([](Conn& c) { c.Close(); })) {}
   void SetUp() override {
     ASSERT_EQ(Run(Call{.head = kGet}).result.status, 200u);
     WaitUntilPooledConnectionClosed();
   }
 };
 
-TEST_F(ClosedWhileIdle, PutIsResentOnceOnANewConnection) {
+TEST_F(ExchangeClosedWhileIdle, PutIsResentOnceOnANewConnection) {
   Outcome o = Run(Call{.head = Post("PUT", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -314,7 +314,7 @@ TEST_F(ClosedWhileIdle, PutIsResentOnceOnANewConnection) {
   EXPECT_EQ(backend_.requests(1)[0], Post("PUT", 3) + "abc") << "the whole request, from memory";
 }
 
-TEST_F(ClosedWhileIdle, PostIsNeverWrittenToTheDeadConnection) {
+TEST_F(ExchangeClosedWhileIdle, PostIsNeverWrittenToTheDeadConnection) {
   Outcome o = Run(Call{.head = Post("POST", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -327,9 +327,9 @@ TEST_F(ClosedWhileIdle, PostIsNeverWrittenToTheDeadConnection) {
 }
 
 // The backend reads the whole second request on the pooled connection and closes unanswered.
-class ClosedAfterReading : public ExchangeTest {
+class ExchangeClosedAfterReading : public ExchangeTest {
  protected:
-  explicit ClosedAfterReading(size_t relay = kRelaySize)
+  explicit ExchangeClosedAfterReading(size_t relay = kRelaySize)
       : ExchangeTest(AfterOneGet([](Conn& c) {
                        c.ReadRequest();
                        c.Close();
@@ -338,7 +338,7 @@ class ClosedAfterReading : public ExchangeTest {
   void SetUp() override { ASSERT_EQ(Run(Call{.head = kGet}).result.status, 200u); }
 };
 
-TEST_F(ClosedAfterReading, PostGets502AndReachedTheBackendOnce) {
+TEST_F(ExchangeClosedAfterReading, PostGets502AndReachedTheBackendOnce) {
   Outcome o = Run(Call{.head = Post("POST", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
   ASSERT_TRUE(o.result.problem);
   EXPECT_EQ(o.result.problem->status, boost::beast::http::status::bad_gateway);
@@ -350,7 +350,7 @@ TEST_F(ClosedAfterReading, PostGets502AndReachedTheBackendOnce) {
   EXPECT_EQ(backend_.connections(), 1u) << "no second connection was opened for it";
 }
 
-TEST_F(ClosedAfterReading, PutIsResentOnce) {
+TEST_F(ExchangeClosedAfterReading, PutIsResentOnce) {
   Outcome o = Run(Call{.head = Post("PUT", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
@@ -361,9 +361,9 @@ TEST_F(ClosedAfterReading, PutIsResentOnce) {
 }
 
 // A relay buffer smaller than the body: it streams, and what has gone cannot be sent again.
-class StreamedAfterReading : public ClosedAfterReading {
+class ExchangeStreamedAfterReading : public ExchangeClosedAfterReading {
  protected:
-  StreamedAfterReading() : ClosedAfterReading(64) {}
+  ExchangeStreamedAfterReading() : ExchangeClosedAfterReading(64) {}
 };
 
 std::string Pattern(size_t n) {
@@ -372,7 +372,7 @@ std::string Pattern(size_t n) {
   return s;
 }
 
-TEST_F(StreamedAfterReading, StreamedPutIsNeverResent) {
+TEST_F(ExchangeStreamedAfterReading, StreamedPutIsNeverResent) {
   const std::string body = Pattern(1000);
   Call call{.head = Post("PUT", body.size()),
             .decoder = BodyDecoder::Length(body.size()),
@@ -389,12 +389,12 @@ TEST_F(StreamedAfterReading, StreamedPutIsNeverResent) {
   EXPECT_EQ(backend_.connections(), 1u);
 }
 
-class StreamedBody : public ExchangeTest {
+class ExchangeStreamedBody : public ExchangeTest {
  protected:
-  StreamedBody() : ExchangeTest([](Conn& c) { c.Serve(); }, 64) {}
+  ExchangeStreamedBody() : ExchangeTest([](Conn& c) { c.Serve(); }, 64) {}
 };
 
-TEST_F(StreamedBody, IsRelayedInPieces) {
+TEST_F(ExchangeStreamedBody, IsRelayedInPieces) {
   const std::string body = Pattern(1000);
   std::string wire;
   for (size_t i = 0; i < body.size(); i += 100) {
@@ -432,15 +432,15 @@ TEST_F(StreamedBody, IsRelayedInPieces) {
 // ---------------------------------------------------------------------------------------------
 // Deadline
 
-class SilentBackend : public ExchangeTest {
+class ExchangeSilentBackend : public ExchangeTest {
  protected:
-  SilentBackend() : ExchangeTest(AfterOneGet([](Conn& c) {
+  ExchangeSilentBackend() : ExchangeTest(AfterOneGet([](Conn& c) {
     c.ReadRequest();
     c.Hold();  // never answers; holds until the proxy closes
   })) {}
 };
 
-TEST_F(SilentBackend, TimedOutCancelGives504AndNoResend) {
+TEST_F(ExchangeSilentBackend, TimedOutCancelGives504AndNoResend) {
   ASSERT_EQ(Run(Call{.head = kGet}).result.status, 200u);
   // A pooled connection and an idempotent request: only the deadline stops a resend.
   Outcome o = Run(Call{.head = kGet, .cancel_after = milliseconds(50)});

@@ -146,12 +146,12 @@ TEST_F(UpstreamPoolTest, ReleaseDropsAClosedSocket) {
   EXPECT_EQ(pool_.idle_count(), 0u);
 }
 
-class SmallPool : public UpstreamPoolTest {
+class UpstreamPoolSmall : public UpstreamPoolTest {
  protected:
-  SmallPool() : UpstreamPoolTest(2) {}
+  UpstreamPoolSmall() : UpstreamPoolTest(2) {}
 };
 
-TEST_F(SmallPool, TheLeastRecentlyUsedGoesOverTheCap) {
+TEST_F(UpstreamPoolSmall, TheLeastRecentlyUsedGoesOverTheCap) {
   Acquired a = Acquire();
   Acquired b = Acquire();
   Acquired c = Acquire();
