@@ -43,7 +43,9 @@ BodyDecoder BodyDecoder::Chunked(uint64_t max_body_bytes) {
 }
 
 bool BodyDecoder::Framing(char c) {
-  if (++line_bytes_ > kMaxFramingLine && state_ != State::kTrailerLine) {
+  // Trailer lines (up to their LF) have their own bound, kMaxTrailerBytes.
+  const bool trailer_line = state_ == State::kTrailerLine || state_ == State::kTrailerLf;
+  if (++line_bytes_ > kMaxFramingLine && !trailer_line) {
     Fail("a chunk-size line longer than 4096 bytes");
     return false;
   }

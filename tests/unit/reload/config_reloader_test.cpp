@@ -1,0 +1,146 @@
+// ConfigReloader on real files: a valid file is swapped in, an invalid one or one that changes a
+// restart-only setting keeps the running configuration and says so in the metrics.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "admin/metrics.h"
+#include "config/config.h"
+#include "reload/config_reloader.h"
+#include "test_files.h"
+
+namespace fencing {
+namespace {
+
+const std::string kBase =
+    "listen: \"127.0.0.1:18080\"\n"
+    "admin_listen: \"127.0.0.1:19901\"\n"
+    "backend: \"http://127.0.0.1:18081\"\n"
+    "state_file: ./fences.log\n"
+    "routes:\n"
+    "  - name: orders\n"
+    "    prefix: /orders\n";
+
+class ConfigReloaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("config_reloader_test." + std::to_string(::getpid()) + "." +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "routes.yaml").string();
+    WriteBytes(path_, kBase);
+    ConfigResult initial = LoadConfigFile(path_);
+    ASSERT_TRUE(initial.ok());
+    initial_ = initial.config;
+    reloader_ = std::make_unique<ConfigReloader>(path_, initial_, metrics_, [this](std::shared_ptr<const ProxyConfig> c) {
+      applied_.push_back(std::move(c));
+    });
+  }
+  void TearDown() override {
+    reloader_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  double Successful() { return metrics_.config_last_reload_successful().Value(); }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  Metrics metrics_;
+  std::shared_ptr<const ProxyConfig> initial_;
+  std::vector<std::shared_ptr<const ProxyConfig>> applied_;
+  std::unique_ptr<ConfigReloader> reloader_;
+};
+
+TEST_F(ConfigReloaderTest, AValidFileIsSwappedIn) {
+  EXPECT_EQ(Successful(), 1);
+  WriteBytes(path_, kBase + "  - name: notes\n    prefix: /notes\n    mode: observe\n");
+  EXPECT_TRUE(reloader_->Reload("test"));
+  ASSERT_EQ(applied_.size(), 1u);
+  EXPECT_EQ(reloader_->running(), applied_[0]);
+  ASSERT_EQ(applied_[0]->routes.size(), 2u);
+  EXPECT_EQ(applied_[0]->routes[1].name, "notes");
+  EXPECT_EQ(applied_[0]->routes[1].mode, FenceMode::kObserve);
+  EXPECT_EQ(Successful(), 1);
+  EXPECT_EQ(metrics_.config_reloads().Value(), 1);
+  EXPECT_EQ(metrics_.config_reloads_failed().Value(), 0);
+  EXPECT_GT(metrics_.config_last_reload_success_timestamp_seconds().Value(), 0);
+}
+
+TEST_F(ConfigReloaderTest, AnInvalidFileKeepsTheRunningConfig) {
+  WriteBytes(path_, kBase + "  - name: Bad Name\n    prefix: orders-without-slash\n");
+  EXPECT_FALSE(reloader_->Reload("test"));
+  EXPECT_TRUE(applied_.empty());
+  EXPECT_EQ(reloader_->running(), initial_);
+  EXPECT_EQ(Successful(), 0);
+  EXPECT_EQ(metrics_.config_reloads_failed().Value(), 1);
+  EXPECT_EQ(metrics_.config_reloads().Value(), 0);
+
+  // Broken YAML too.
+  WriteBytes(path_, "routes: [\n");
+  EXPECT_FALSE(reloader_->Reload("test"));
+  EXPECT_EQ(reloader_->running(), initial_);
+  EXPECT_EQ(metrics_.config_reloads_failed().Value(), 2);
+
+  // A fixed file then goes in, and the gauge says so again.
+  WriteBytes(path_, kBase + "  - name: notes\n    prefix: /notes\n");
+  EXPECT_TRUE(reloader_->Reload("test"));
+  EXPECT_EQ(Successful(), 1);
+  ASSERT_EQ(applied_.size(), 1u);
+  EXPECT_EQ(reloader_->running()->routes.size(), 2u);
+}
+
+TEST_F(ConfigReloaderTest, AMissingFileKeepsTheRunningConfig) {
+  std::filesystem::remove(path_);
+  EXPECT_FALSE(reloader_->Reload("test"));
+  EXPECT_EQ(reloader_->running(), initial_);
+  EXPECT_EQ(Successful(), 0);
+}
+
+TEST_F(ConfigReloaderTest, RestartOnlyChangesAreRefused) {
+  struct Change {
+    std::string from, to, key;
+  };
+  const std::vector<Change> changes = {
+      {"listen: \"127.0.0.1:18080\"", "listen: \"127.0.0.1:18090\"", "listen"},
+      {"admin_listen: \"127.0.0.1:19901\"", "admin_listen: \"127.0.0.1:19902\"", "admin_listen"},
+      {"backend: \"http://127.0.0.1:18081\"", "backend: \"http://127.0.0.1:18082\"", "backend"},
+      {"state_file: ./fences.log", "state_file: ./other.log", "state_file"},
+  };
+  for (const Change& c : changes) {
+    std::string text = kBase;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    text += "  - name: notes\n    prefix: /notes\n";  // a change that alone would be applied
+    WriteBytes(path_, text);
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << c.key;
+    EXPECT_EQ(RestartOnlyChange(*initial_, *loaded.config), c.key);
+    EXPECT_FALSE(reloader_->Reload("test")) << c.key;
+    EXPECT_EQ(reloader_->running(), initial_) << c.key;
+    EXPECT_EQ(Successful(), 0) << c.key;
+  }
+  EXPECT_TRUE(applied_.empty());
+  EXPECT_EQ(metrics_.config_reloads_failed().Value(), static_cast<double>(changes.size()));
+  EXPECT_EQ(RestartOnlyChange(*initial_, *initial_), "");
+}
+
+TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {
+  reloader_->StartWatching(std::chrono::milliseconds(20));
+  WriteBytes(path_, kBase + "  - name: notes\n    prefix: /notes\n");
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (reloader_->running() == initial_ && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(reloader_->running()->routes.size(), 2u);
+  reloader_->Stop();
+}
+
+}  // namespace
+}  // namespace fencing
