@@ -59,8 +59,9 @@ class UpstreamPool {
     std::chrono::steady_clock::time_point since;
     // An idle connection must stay silent; if it becomes readable, the backend closed it and it
     // is dropped before a request can fail on it. The watch costs a syscall (an epoll_ctl), so a
-    // connection reused within a sweep period is not watched: a request that finds it closed is
-    // resent on a new connection (Session::Forward).
+    // connection reused within a sweep period is not watched: the exchange's resend rule
+    // (server/exchange.h) covers it, and a non-idempotent request checks it first (Acquire's
+    // verify).
     bool watched = false;
   };
   void WatchIdle(Idle& idle);
