@@ -1,7 +1,7 @@
 #include "http/framing.h"
 
 #include "http/ascii.h"
-
+#include "http/rules.h"
 
 namespace fencing {
 
@@ -10,12 +10,6 @@ namespace http = boost::beast::http;
 namespace {
 
 FramingCheck Refuse(const char* reason) { return FramingCheck{false, reason}; }
-
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 }  // namespace
 
@@ -47,9 +41,7 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
   if (content_lengths) {
     std::string_view digits = TrimOws(content_length);
     if (digits.empty()) return Refuse("an empty Content-Length");
-    for (char c : digits) {
-      if (c < '0' || c > '9') return Refuse("a Content-Length that is not a single decimal number");
-    }
+    if (!IsDecimalDigits(digits)) return Refuse("a Content-Length that is not a single decimal number");
   }
   if (transfer_encodings) {
     if (header.version() < 11) return Refuse("Transfer-Encoding on an HTTP/1.0 request");

@@ -1,6 +1,7 @@
 #include "http/header_rewrite.h"
 
 #include "http/ascii.h"
+#include "http/fields.h"
 
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
@@ -13,21 +14,10 @@ namespace http = boost::beast::http;
 
 namespace {
 
-bool IsHopByHop(http::field f) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::transfer_encoding:
-    case http::field::upgrade:
-    case http::field::content_length:  // framing is set for the next hop, not copied
-    case http::field::expect:
-      return true;
-    default:
-      return false;
-  }
+// Hop-by-hop fields, and those the proxy sets afresh for the next hop: framing (Content-Length)
+// and Expect (the proxy answers 100-continue itself).
+bool NotCopied(http::field f) {
+  return IsHopByHop(f) || f == http::field::content_length || f == http::field::expect;
 }
 
 // The field names listed by the Connection fields (hop-by-hop for this message only). Parsed once
@@ -89,7 +79,7 @@ void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std
   std::optional<ConnectionTokens> connection_tokens;
   if (facts.connection) connection_tokens.emplace(from);
   for (const auto& field : from) {
-    if (IsHopByHop(field.name())) continue;
+    if (NotCopied(field.name())) continue;
     std::string_view name = field.name_string();
     if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
     if (forwarded_for && field.name() == http::field::unknown && EqualsIgnoreCase(name, "X-Forwarded-For")) {

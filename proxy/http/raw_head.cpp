@@ -1,5 +1,7 @@
 #include "http/raw_head.h"
 
+#include "http/rules.h"
+
 #include <array>
 #include <cstring>
 
@@ -16,10 +18,8 @@ constexpr std::array<unsigned char, 256> MakeByteClasses() {
   for (int c = 0; c < 256; ++c) {
     // A field value may hold visible ASCII, obs-text (0x80-0xFF), space and tab; nothing else.
     if (c == '\t' || c == ' ' || (c > 0x20 && c != 0x7f)) classes[c] |= kValue;
-    // RFC 9110 token characters (field names, methods).
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) classes[c] |= kToken;
+    if (IsTokenChar(static_cast<char>(c))) classes[c] |= kToken;
   }
-  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) classes[c] |= kToken;
   return classes;
 }
 constexpr std::array<unsigned char, 256> kByteClasses = MakeByteClasses();

@@ -1,5 +1,7 @@
 #include "routing/path_check.h"
 
+#include "http/ascii.h"
+
 namespace fencing {
 namespace {
 
@@ -19,21 +21,11 @@ bool IsUnreserved(unsigned char c) {
          c == '.' || c == '_' || c == '~';
 }
 
-bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    char a = s[i];
-    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
-    if (a != prefix[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 TargetCheck CheckRequestTarget(std::string_view target) {
   // Absolute-form: drop scheme and authority, keep the path ("http://h" alone means "/").
-  if (StartsWithNoCase(target, "http://") || StartsWithNoCase(target, "https://")) {
+  if (StartsWithIgnoreCase(target, "http://") || StartsWithIgnoreCase(target, "https://")) {
     size_t authority = target.find("://") + 3;
     size_t slash = target.find_first_of("/?#", authority);
     if (slash == std::string_view::npos) return TargetCheck{true, "/", ""};
