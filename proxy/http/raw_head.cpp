@@ -62,15 +62,31 @@ RawHeadCheck CheckFieldLine(std::string_view line) {
 }  // namespace
 
 size_t FindHeadEnd(std::string_view data, size_t* scanned) {
-  for (size_t i = *scanned; i < data.size(); ++i) {
-    const void* lf = std::memchr(data.data() + i, '\n', data.size() - i);
+  const char* const begin = data.data();
+  const size_t size = data.size();
+  size_t i = *scanned;
+  while (i < size) {
+    // The next CR or LF, with two memchr (heads are short, and most bytes are neither).
+    const char* lf = static_cast<const char*>(std::memchr(begin + i, '\n', size - i));
+    const size_t lf_at = lf ? static_cast<size_t>(lf - begin) : size;
+    const char* cr = static_cast<const char*>(std::memchr(begin + i, '\r', lf_at - i));
+    if (cr != nullptr) {
+      const size_t cr_at = static_cast<size_t>(cr - begin);
+      if (cr_at + 1 == size) {
+        *scanned = cr_at;  // its next byte is still to come: look at this CR again then
+        return 0;
+      }
+      if (begin[cr_at + 1] != '\n') return cr_at + 2;  // a bare CR: the head ends with the byte after it
+      i = cr_at + 1;  // CRLF: the LF is looked at next
+      continue;
+    }
     if (lf == nullptr) break;
-    i = static_cast<size_t>(static_cast<const char*>(lf) - data.data());
-    // An empty line: "\n" right after the previous line's "\n" (optionally with "\r" between).
-    if (i >= 1 && data[i - 1] == '\n') return i + 1;
-    if (i >= 2 && data[i - 1] == '\r' && data[i - 2] == '\n') return i + 1;
+    if (lf_at == 0 || begin[lf_at - 1] != '\r') return lf_at + 1;  // a bare LF
+    // CRLF right after the previous line's CRLF: the empty line.
+    if (lf_at >= 2 && begin[lf_at - 2] == '\n') return lf_at + 1;
+    i = lf_at + 1;
   }
-  *scanned = data.size();
+  *scanned = size;
   return 0;
 }
 
@@ -79,7 +95,11 @@ RawHeadCheck CheckRawHead(std::string_view head) {
   bool first = true;
   while (start < head.size()) {
     size_t lf = head.find('\n', start);
-    if (lf == std::string_view::npos) return Refuse("a head that does not end with an empty line");
+    if (lf == std::string_view::npos) {
+      // FindHeadEnd ends a head early at a bare CR: say so rather than that the head is cut short.
+      if (head.find('\r', start) != std::string_view::npos) return Refuse("a bare CR");
+      return Refuse("a head that does not end with an empty line");
+    }
     if (lf == start || head[lf - 1] != '\r') return Refuse("a bare LF line ending");
     std::string_view line = head.substr(start, lf - 1 - start);
     if (line.find('\r') != std::string_view::npos) return Refuse("a bare CR");

@@ -4,7 +4,8 @@
 // then the upstream request the session would send, serialised and read back.
 //
 // Oracles (each abort is a bypass, a smuggling vector or a crash):
-//  - FindHeadEnd finds the same end however the bytes arrive;
+//  - FindHeadEnd finds the same end however the bytes arrive, at the first empty line, bare LF or
+//    bare CR;
 //  - nothing CheckRawHead refuses is planned; the parser takes exactly the head it measured;
 //  - a forwarded request has unambiguous framing, a target CheckRequestTarget accepts, the route
 //    a brute-force match picks, and, on an enforce route that fences its method, an admission;
@@ -174,9 +175,15 @@ size_t IncrementalHeadEnd(std::string_view input, size_t step) {
   }
 }
 
-bool IsEmptyLineEnd(std::string_view data, size_t end) {  // data[end-1] ends an empty line
-  if (end < 2 || data[end - 1] != '\n') return false;
-  return data[end - 2] == '\n' || (end >= 3 && data[end - 2] == '\r' && data[end - 3] == '\n');
+// Where FindHeadEnd may end a head: just after an empty line (CRLF CRLF), a bare LF, or the byte
+// after a bare CR.
+bool IsHeadEnd(std::string_view data, size_t end) {
+  if (end == 0 || end > data.size()) return false;
+  const char last = data[end - 1];
+  if (end >= 2 && data[end - 2] == '\r' && last != '\n') return true;  // bare CR
+  if (last != '\n') return false;
+  if (end == 1 || data[end - 2] != '\r') return true;  // bare LF
+  return end >= 4 && data[end - 3] == '\n' && data[end - 4] == '\r';
 }
 
 // An independent reading of what CheckRawHead must at least refuse.
@@ -335,11 +342,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t head_length = FindHeadEnd(input, &scanned);
   FUZZ_CHECK(IncrementalHeadEnd(input, 1 + mix % 13) == head_length, "FindHeadEnd depends on how bytes arrive");
   if (head_length == 0) {
-    for (size_t i = 1; i <= input.size(); ++i) FUZZ_CHECK(!IsEmptyLineEnd(input, i), "FindHeadEnd missed an empty line");
+    for (size_t i = 1; i <= input.size(); ++i) FUZZ_CHECK(!IsHeadEnd(input, i), "FindHeadEnd missed a head end");
     return 0;  // the session reads on (or answers 431 at the limit)
   }
-  FUZZ_CHECK(IsEmptyLineEnd(input, head_length), "FindHeadEnd stopped where no empty line ends");
-  for (size_t i = 1; i < head_length; ++i) FUZZ_CHECK(!IsEmptyLineEnd(input, i), "FindHeadEnd skipped an earlier empty line");
+  FUZZ_CHECK(IsHeadEnd(input, head_length), "FindHeadEnd stopped where no head ends");
+  for (size_t i = 1; i < head_length; ++i) FUZZ_CHECK(!IsHeadEnd(input, i), "FindHeadEnd skipped an earlier head end");
 
   const std::shared_ptr<const ProxyConfig>& config = env.configs[mix & 1];
   if (head_length > config->limits.max_header_bytes) return 0;  // 431 before anything parses it

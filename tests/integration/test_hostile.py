@@ -107,6 +107,9 @@ CASES = [
     framing("bare CR in a value", head([b"Host: t", TOKEN10, b"X-A: a\rContent-Length: 5",
                                         b"Content-Length: 0"])),
     framing("bare CR before CRLF", head([b"Host: t", TOKEN10 + b"\r", b"Content-Length: 0"])),
+    # A bare CR or LF with no empty line after it: answered at once, not by the header_read timeout.
+    framing("bare CR and no line end at all", b"GET / HTTP/1.1\rHost: a\r\r"),
+    framing("bare LF and no empty line", b"GET / HTTP/1.1\nHost: t\n"),
     framing("NUL in a header value", head([b"Host: t", TOKEN10 + b"\x00", b"Content-Length: 0"])),
     framing("NUL in a header name", head([b"Host: t", TOKEN10, b"X-\x00A: b", b"Content-Length: 0"])),
     framing("0x01 in a header value", head([b"Host: t", TOKEN10, b"X-A: \x01", b"Content-Length: 0"])),
