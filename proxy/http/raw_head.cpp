@@ -40,6 +40,9 @@ RawHeadCheck CheckRequestLine(std::string_view line) {
     }
   }
   if (spaces != 2) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+  for (char c : line.substr(0, line.find(' '))) {
+    if (!IsTokenChar(c)) return Refuse("a method that is not an RFC 9110 token");
+  }
   return RawHeadCheck{};
 }
 

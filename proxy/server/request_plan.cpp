@@ -15,12 +15,17 @@ namespace http = boost::beast::http;
 
 namespace {
 
+// Every 400 closes the connection: after a malformed message the next request's boundary is
+// unknown. Other refusals close only when the caller says (CONNECT: the next bytes are another
+// protocol's).
+bool ClosesConnection(const Problem& problem) { return problem.status == http::status::bad_request; }
+
 RequestPlan Reject(Outcome outcome, Problem problem, bool close = false) {
   RequestPlan plan;
   plan.action = RequestPlan::Action::kReject;
   plan.outcome = outcome;
   plan.problem = std::move(problem);
-  plan.close = close;
+  plan.close = close || ClosesConnection(plan.problem);
   return plan;
 }
 
@@ -38,6 +43,7 @@ void RejectWith(RequestPlan& plan, Outcome outcome, ProblemType type, std::strin
   plan.problem.type = info.slug;
   plan.problem.title = info.title;
   plan.problem.detail = std::move(detail);
+  plan.close = ClosesConnection(plan.problem);
 }
 
 // The path as a servlet container (Tomcat, Jetty, Spring MVC) routes it: ";params" dropped from

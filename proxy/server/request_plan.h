@@ -25,6 +25,7 @@ struct RequestPlan {
   Outcome outcome = Outcome::kRejectedRequest;
   Problem problem;                   // kReject
   bool close = false;                // kReject: the connection cannot be trusted for another request
+                                     // (every 400, and CONNECT)
   const RouteRuntime* route = nullptr;  // null: no route matched
   uint64_t token = 0;                // kFence
   std::string_view origin_target;    // path and query to send upstream (views into the head)

@@ -56,7 +56,7 @@ def framing(name, data, status=400, **kw):
 
 def path_case(target):
     return Case("path %s" % target.decode("latin-1"),
-                put([TOKEN5, b"Content-Length: 0"], target=target), 400, False)
+                put([TOKEN5, b"Content-Length: 0"], target=target), 400, True)
 
 
 CASES = [
@@ -123,7 +123,7 @@ CASES = [
             status=431),
     # Only the head is sent: the 413 must come without the body.
     framing("Content-Length over max_body_bytes", put([TOKEN10, b"Content-Length: 2048"]), status=413),
-    # -- paths that could reach the backend as another route: 400, the connection stays --
+    # -- paths that could reach the backend as another route: 400, and (as after every 400) closed --
     path_case(b"/orders/../admin"),
     path_case(b"/x/../orders"),
     path_case(b"/%2e%2e/orders"),
@@ -136,8 +136,10 @@ CASES = [
     path_case(b"http://h/x/../orders"),
     path_case(b"/orders;x/1"),  # a servlet container routes it as /orders/1
     path_case(b"/;x/orders"),
-    Case("path /x/../orders with a body (discarded)",
-         put([TOKEN5, b"Content-Length: 5"], b"hello", target=b"/x/../orders"), 400, False),
+    Case("path /x/../orders with a body (never read)",
+         put([TOKEN5, b"Content-Length: 5"], b"hello", target=b"/x/../orders"), 400, True),
+    Case("a target that is no path (GET ! HTTP/1.1)", head([b"Host: t"], b"GET ! HTTP/1.1"), 400, True),
+    Case("a method that is not a token", head([b"Host: t"], b"G(T / HTTP/1.1"), 400, True),
     # -- absolute-form: routed by its path --
     Case("absolute-form, stale token", put([TOKEN5, b"Content-Length: 0"], target=b"http://h/orders/1"),
          409, False, max_token="10"),
@@ -151,15 +153,15 @@ CASES = [
     Case("Upgrade: websocket", head([b"Host: t", TOKEN10, b"Connection: Upgrade", b"Upgrade: websocket",
                                      b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="],
                                     b"GET /orders/ws HTTP/1.1"), 400, True),
-    # -- the token header --
-    Case("token sent twice", put([TOKEN10, TOKEN10, b"Content-Length: 0"]), 400, False),
-    Case("token '5, 6'", put([b"X-Fencing-Token: 5, 6", b"Content-Length: 0"]), 400, False),
-    Case("token '0x5'", put([b"X-Fencing-Token: 0x5", b"Content-Length: 0"]), 400, False),
-    Case("token '+10'", put([b"X-Fencing-Token: +10", b"Content-Length: 0"]), 400, False),
-    Case("token empty", put([b"X-Fencing-Token:", b"Content-Length: 0"]), 400, False),
-    Case("token 2^64", put([b"X-Fencing-Token: 18446744073709551616", b"Content-Length: 0"]), 400, False),
+    # -- the token header: a malformed one is a 400, which closes --
+    Case("token sent twice", put([TOKEN10, TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("token '5, 6'", put([b"X-Fencing-Token: 5, 6", b"Content-Length: 0"]), 400, True),
+    Case("token '0x5'", put([b"X-Fencing-Token: 0x5", b"Content-Length: 0"]), 400, True),
+    Case("token '+10'", put([b"X-Fencing-Token: +10", b"Content-Length: 0"]), 400, True),
+    Case("token empty", put([b"X-Fencing-Token:", b"Content-Length: 0"]), 400, True),
+    Case("token 2^64", put([b"X-Fencing-Token: 18446744073709551616", b"Content-Length: 0"]), 400, True),
     Case("token in Arabic-Indic digits", put([b"X-Fencing-Token: \xd9\xa1\xd9\xa0", b"Content-Length: 0"]),
-         400, False),
+         400, True),
     Case("token missing", put([b"Content-Length: 0"]), 428, False),
     Case("token stale", put([TOKEN5, b"Content-Length: 0"]), 409, False, max_token="10"),
     Case("token ' 10 ' with surrounding whitespace",

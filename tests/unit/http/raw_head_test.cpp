@@ -165,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(
         RawCase{"a colon inside the value", Head("Host: a:8080\r\n"), true},
         RawCase{"query and percent escapes in the target", Line("GET /orders/%41?x=1&y=%2F HTTP/1.1"), true},
         RawCase{"absolute-form target", Line("PUT http://h/orders/1 HTTP/1.1"), true},
-        RawCase{"HTTP/1.0", Line("GET / HTTP/1.0"), true}));
+        RawCase{"HTTP/1.0", Line("GET / HTTP/1.0"), true},
+        RawCase{"an extension method of token characters", Line("M-SEARCH! / HTTP/1.1"), true}));
 
 INSTANTIATE_TEST_SUITE_P(
     Refuses, CheckRawHeadTest,
@@ -219,7 +220,11 @@ INSTANTIATE_TEST_SUITE_P(
         RawCase{"control byte in the target", Line("GET /a\x01 HTTP/1.1"), false},
         RawCase{"DEL in the target", Line("GET /a\x7f HTTP/1.1"), false},
         RawCase{"NUL in the target", Line(WithByte("GET /orders", '\0', "/../admin HTTP/1.1")), false},
-        RawCase{"vertical tab in the target", Line("GET /a\vb HTTP/1.1"), false}));
+        RawCase{"vertical tab in the target", Line("GET /a\vb HTTP/1.1"), false},
+        // The method is an RFC 9110 token.
+        RawCase{"a separator in the method", Line("G(T / HTTP/1.1"), false},
+        RawCase{"a slash in the method", Line("GET/ / HTTP/1.1"), false},
+        RawCase{"a quote in the method", Line("\"GET\" / HTTP/1.1"), false}));
 
 // A bare CR or LF is refused as soon as its bytes are in, never by the header_read timeout: the
 // head FindHeadEnd cuts short there is refused, and says why.

@@ -191,6 +191,10 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   if (c.action == Action::kReject) {
     EXPECT_EQ(static_cast<int>(plan.problem.status), c.status) << c.what << ": status";
     EXPECT_EQ(plan.close, c.close) << c.what << ": close";
+    // After a malformed message the next request's boundary is unknown.
+    if (plan.problem.status == http::status::bad_request) {
+      EXPECT_TRUE(plan.close) << c.what << ": every 400 closes the connection";
+    }
     EXPECT_FALSE(plan.problem.type.empty()) << c.what;
     EXPECT_FALSE(plan.problem.title.empty()) << c.what;
     EXPECT_FALSE(plan.problem.detail.empty()) << c.what;
@@ -233,7 +237,7 @@ PlanCase Framing(const char* what, Fields fields, unsigned version = 11) {
 // A path that could reach the backend as another route: 400, counted as rejected_path.
 PlanCase BadPath(const char* what, std::string target, Variant variant = Variant::kPass) {
   return PlanCase{.what = what, .target = std::move(target), .fields = Token("5"), .variant = variant,
-                  .outcome = Outcome::kRejectedPath, .status = 400};
+                  .outcome = Outcome::kRejectedPath, .status = 400, .close = true};
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -288,7 +292,8 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     Host, PlanRequestTest,
     testing::Values(
-        PlanCase{.what = "two Host headers", .fields = With(kToken10, {{"Host", "a"}, {"Host", "b"}}), .status = 400}));
+        PlanCase{.what = "two Host headers", .fields = With(kToken10, {{"Host", "a"}, {"Host", "b"}}), .status = 400,
+                 .close = true}));
 
 // "put" is not PUT to HTTP, but a backend that upper-cases methods would apply it as one.
 INSTANTIATE_TEST_SUITE_P(
@@ -308,6 +313,7 @@ TEST(PlanRequestHostTest, Http11WithoutHostIsRefusedHttp10IsNot) {
   RequestPlan plan = PlanRequest(head, env.runtime());
   EXPECT_EQ(plan.action, Action::kReject);
   EXPECT_EQ(plan.problem.status, http::status::bad_request);
+  EXPECT_TRUE(plan.close) << "every 400 closes the connection";
   head.version(10);
   plan = PlanRequest(head, env.runtime());
   EXPECT_EQ(plan.action, Action::kForward) << "HTTP/1.0 may omit Host";
@@ -340,6 +346,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadPath("absolute-form with a query and no path", "http://h?x=1"),
         BadPath("absolute-form with dot-dot", "http://h/x/../orders"),
         BadPath("another scheme", "ftp://h/orders"),
+        BadPath("a target that is no path at all (GET ! HTTP/1.1)", "!"),
         // Servlet containers (Tomcat, Jetty, Spring) drop ";params" from every segment before
         // routing: these reach them as "/orders/1" or "//orders".
         BadPath("a path parameter on the fenced segment", "/orders;x/1"),
@@ -410,33 +417,33 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{.what = "another header is not the token", .fields = {{"X-Fencing-Tokens", "5"}},
                  .outcome = Outcome::kRejectedMissing, .status = 428, .route = "orders"},
         PlanCase{.what = "malformed: letters", .fields = Token("abc"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: empty", .fields = Token(""), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: a list", .fields = Token("5, 6"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: hex", .fields = Token("0x5"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: a sign", .fields = Token("+5"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: inner space", .fields = Token("5 1"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: 2^64", .fields = Token("18446744073709551616"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: Arabic-Indic digits", .fields = Token("\xd9\xa1\xd9\xa0"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed, allow still refuses", .target = "/open/1", .fields = Token("x"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "open"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "open"},
         PlanCase{.what = "malformed, observe", .target = "/notes/1", .fields = Token("x"),
                  .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes",
                  .origin = "/notes/1"},
         PlanCase{.what = "the token twice, equal", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "5"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, names in different case",
                  .fields = {{"X-Fencing-Token", "5"}, {"x-fencing-token", "6"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, one empty", .fields = {{"X-Fencing-Token", ""}, {"X-Fencing-Token", "5"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, observe",
                  .target = "/notes/1", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "6"}},
                  .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes"},
