@@ -3,6 +3,8 @@
 #include "http/ascii.h"
 #include "http/rules.h"
 
+#include <boost/beast/http/rfc7230.hpp>
+
 namespace fencing {
 
 namespace http = boost::beast::http;
@@ -33,6 +35,8 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
       ++counts->hosts;
     } else if (counts && field.name() == http::field::upgrade) {
       ++counts->upgrades;
+    } else if (counts && field.name() == http::field::connection) {
+      ++counts->connections;
     }
   }
   if (content_lengths > 1) return Refuse("more than one Content-Length header");
@@ -50,6 +54,24 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
     }
   }
   return FramingCheck{};
+}
+
+std::string_view ProtectedFieldNamedByConnection(const http::request_header<>& header, std::string_view token_header) {
+  for (const auto& field : header) {
+    if (field.name() != http::field::connection) continue;
+    for (std::string_view token : http::token_list(field.value())) {
+      if (EqualsIgnoreCase(token, token_header)) return token;
+      switch (http::string_to_field(token)) {
+        case http::field::host:
+        case http::field::content_length:
+        case http::field::transfer_encoding:
+          return token;
+        default:
+          break;
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace fencing

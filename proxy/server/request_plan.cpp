@@ -72,6 +72,14 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               std::string("the request is refused because it has ") + framing.reason),
                   true);
   }
+  if (counts.connections > 0) {
+    if (std::string_view named = ProtectedFieldNamedByConnection(head, config.token_header); !named.empty()) {
+      return Reject(Outcome::kRejectedRequest,
+                    MakeProblem(ProblemType::kBadConnectionHeader,
+                                "the Connection header names " + std::string(named) +
+                                    ", which the proxy's decision or the request's framing rests on"));
+    }
+  }
   // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
   if (size_t hosts = counts.hosts; hosts > 1 || (hosts == 0 && head.version() >= 11)) {
     return Reject(Outcome::kRejectedRequest,

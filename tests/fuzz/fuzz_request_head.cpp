@@ -261,6 +261,10 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
   FUZZ_CHECK(CheckRequestFraming(req).ok, "a forwarded request with ambiguous framing");
   FUZZ_CHECK(req.method() != http::verb::connect, "a forwarded CONNECT");
   FUZZ_CHECK(req.count(http::field::upgrade) == 0, "a forwarded Upgrade");
+  for (std::string_view p : {std::string_view(runtime.config().token_header), std::string_view("Host"),
+                             std::string_view("Content-Length"), std::string_view("Transfer-Encoding")}) {
+    FUZZ_CHECK(!NamedByConnection(req, p), "a forwarded request whose Connection names a field the proxy relies on");
+  }
   const TargetCheck target = CheckRequestTarget(req.target());
   FUZZ_CHECK(target.ok, "a forwarded request whose target CheckRequestTarget refuses");
   FUZZ_CHECK(!plan.origin_target.empty() && plan.origin_target.front() == '/', "an origin target not starting with '/'");
@@ -311,8 +315,7 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   const std::string& token_header = runtime.config().token_header;
   if (!plan.drop_header.empty()) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 0, "a dropped token header sent upstream");
-  } else if (EnforcesOn(plan.route, req.method_string()) && !NamedByConnection(req, token_header)) {
-    // (A client may make the token hop-by-hop by naming it in Connection; then it is dropped.)
+  } else if (EnforcesOn(plan.route, req.method_string())) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 1, "a fenced write sent upstream without its one token");
   }
 

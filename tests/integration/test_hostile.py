@@ -153,6 +153,14 @@ CASES = [
     Case("Upgrade: websocket", head([b"Host: t", TOKEN10, b"Connection: Upgrade", b"Upgrade: websocket",
                                      b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="],
                                     b"GET /orders/ws HTTP/1.1"), 400, True),
+    # -- Connection naming what the decision or the framing rests on: 400 and closed --
+    Case("Connection: Host", put([TOKEN10, b"Connection: Host", b"Content-Length: 0"]), 400, True),
+    Case("Connection names the token header", put([TOKEN10, b"Connection: keep-alive, x-fencing-token",
+                                                   b"Content-Length: 0"]), 400, True),
+    Case("Connection: Content-Length", put([TOKEN10, b"Connection: Content-Length", b"Content-Length: 2"], b"ok"),
+         400, True),
+    Case("Connection: Transfer-Encoding", put([TOKEN10, b"Connection: Transfer-Encoding",
+                                               b"Transfer-Encoding: chunked"], CHUNKED_HELLO), 400, True),
     # -- the token header: a malformed one is a 400, which closes --
     Case("token sent twice", put([TOKEN10, TOKEN10, b"Content-Length: 0"]), 400, True),
     Case("token '5, 6'", put([b"X-Fencing-Token: 5, 6", b"Content-Length: 0"]), 400, True),

@@ -86,8 +86,10 @@ const char* VariantName(Variant v) {
 // at max_token 10 and every other fence at 0.
 class Env {
  public:
-  explicit Env(Variant variant) {
+  // extra: more top-level keys for the route file.
+  explicit Env(Variant variant, std::string_view extra = "") {
     std::string text = "backend: http://127.0.0.1:8081\nstate_file: fences.log\n";
+    text += extra;
     text += variant == Variant::kPass ? "unmatched: pass\n" : "unmatched: reject\n";
     text += kRoutes;
     if (variant == Variant::kRoot) text += "  - name: root\n    prefix: /\n";
@@ -287,6 +289,47 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{.what = "Upgrade with a valid token", .fields = With(kToken10, {{"Upgrade", "websocket"}}),
                  .status = 400, .close = true},
         PlanCase{.what = "an empty Upgrade header", .method = "GET", .fields = {{"Upgrade", ""}}, .status = 400, .close = true}));
+
+// A client must not strip what the decision or the backend's framing rests on by naming it in
+// Connection (the proxy drops the fields Connection names): 400, and the connection closes.
+PlanCase BadConnection(const char* what, Fields fields, std::string method = "PUT") {
+  return PlanCase{.what = what, .method = std::move(method), .fields = With(kToken10, fields),
+                  .outcome = Outcome::kRejectedRequest, .status = 400, .close = true};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Connection, PlanRequestTest,
+    testing::Values(
+        BadConnection("Connection: Host", {{"Connection", "Host"}}),
+        BadConnection("Connection: host, on an unfenced GET", {{"Connection", "host"}}, "GET"),
+        BadConnection("Connection names the token header", {{"Connection", "X-Fencing-Token"}}),
+        BadConnection("Connection names the token header in another case", {{"Connection", "x-FENCING-token"}}),
+        BadConnection("Connection: Content-Length", {{"Connection", "Content-Length"}, {"Content-Length", "0"}}),
+        BadConnection("Connection: Transfer-Encoding",
+                      {{"Connection", "Transfer-Encoding"}, {"Transfer-Encoding", "chunked"}}),
+        BadConnection("in a list", {{"Connection", "keep-alive, Host"}}),
+        BadConnection("in a list with odd spacing", {{"Connection", "close ,\tx-fencing-token ,"}}),
+        BadConnection("in a second Connection field", {{"Connection", "keep-alive"}, {"Connection", "Host"}}),
+        // Naming other fields is what Connection is for.
+        PlanCase{.what = "Connection: close", .fields = With(kToken10, {{"Connection", "close"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1"},
+        PlanCase{.what = "Connection names an end-to-end field", .fields = With(kToken10, {{"Connection", "X-Secret"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10},
+        PlanCase{.what = "Connection names a field like the token's", .fields = With(kToken10, {{"Connection", "X-Fencing-Tokens, Hosts"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10}));
+
+TEST(PlanRequestConnectionTest, TheConfiguredTokenHeaderIsTheProtectedOne) {
+  Env env(Variant::kPass, "token_header: X-Lock-Token\n");
+  ASSERT_TRUE(env.ok());
+  RequestPlan plan =
+      PlanRequest(Head("PUT", "/orders/1", {{"X-Lock-Token", "10"}, {"Connection", "x-lock-token"}}), env.runtime());
+  EXPECT_EQ(plan.action, Action::kReject);
+  EXPECT_EQ(plan.problem.type, "bad-connection-header");
+  EXPECT_TRUE(plan.close);
+  plan = PlanRequest(Head("PUT", "/orders/1", {{"X-Lock-Token", "10"}, {"Connection", "X-Fencing-Token"}}),
+                     env.runtime());
+  EXPECT_EQ(plan.action, Action::kFence) << "the default name is no token header here";
+}
 
 // RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host.
 INSTANTIATE_TEST_SUITE_P(
