@@ -3,6 +3,7 @@
 #include "http/ascii.h"
 #include "http/fields.h"
 #include "http/rules.h"
+#include "http/uri.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -274,8 +275,7 @@ std::string CheckPrefix(std::string_view text) {
         break;
     }
     // RFC 3986 pchar and '/': anything else cannot appear in a valid request path.
-    const bool pchar = IsAsciiAlpha(c) || IsAsciiDigit(c) ||
-                       std::string_view("-._~!$&'()*+,;=:@/").find(c) != std::string_view::npos;
+    const bool pchar = IsUnreserved(c) || IsSubDelim(c) || c == ':' || c == '@' || c == '/';
     if (!pchar) return std::string("must not contain '") + c + "'";
   }
   if (text.size() > 1 && text.back() == '/') {

@@ -33,6 +33,7 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
       transfer_encoding = value;
     } else if (counts && field.name() == http::field::host) {
       ++counts->hosts;
+      counts->host = value;
     } else if (counts && field.name() == http::field::upgrade) {
       ++counts->upgrades;
     } else if (counts && field.name() == http::field::connection) {

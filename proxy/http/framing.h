@@ -18,6 +18,7 @@ struct FramingCheck {
 // (asking Beast's fields for each one is a case-insensitive tree search).
 struct OtherFieldCounts {
   size_t hosts = 0;
+  std::string_view host;  // the last Host field's value
   size_t upgrades = 0;
   size_t connections = 0;
 };

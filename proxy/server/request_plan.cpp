@@ -5,6 +5,7 @@
 #include "fence/token.h"
 #include "routing/path_check.h"
 #include "http/framing.h"
+#include "http/uri.h"
 
 #include <functional>
 #include <string>
@@ -86,6 +87,12 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                   MakeProblem(ProblemType::kBadHost, hosts ? "the request has more than one Host header"
                                                            : "an HTTP/1.1 request must have a Host header"));
   }
+  // RFC 9112 section 3.2: a Host that is not a valid host[:port] is a 400. HTTP/1.0 may send it
+  // empty (it had no Host); HTTP/1.1 names the host it means.
+  if (counts.hosts == 1 && (!counts.host.empty() || head.version() >= 11) && !IsValidHostPort(counts.host)) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kBadHost, "the Host header is not a valid host[:port] (RFC 3986)"));
+  }
   // After CONNECT or an Upgrade the client's next bytes belong to another protocol: the
   // connection is closed rather than read as the next request.
   if (head.method() == http::verb::connect) {
@@ -106,7 +113,17 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               std::string("the path could reach the backend as another route: ") + target.reason));
   }
 
+  // An absolute-form target names the host: it replaces the Host header upstream (RFC 9112
+  // section 3.2.2). Userinfo ("user@") is refused with the rest (RFC 9110 section 4.2.4).
+  const bool absolute_form = !head.target().starts_with('/');  // the only other form CheckRequestTarget accepts
+  if (absolute_form && !IsValidHostPort(target.authority)) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kBadHost,
+                              "the absolute-form target's authority is not a valid host[:port] (RFC 3986)"));
+  }
+
   RequestPlan plan;
+  plan.host = target.authority;
   // Origin-form for the backend: the path and query of the checked target. The path is a view
   // into the target, except for an absolute-form target without one ("http://h"), whose path
   // CheckRequestTarget gives as a static "/": subtracting pointers into unrelated objects there

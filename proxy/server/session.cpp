@@ -347,7 +347,8 @@ io::Awaitable<bool> Session::ServeOne() {
   } else {
     std::optional<AdmissionGuard> admission;
     if (plan.route) admission.emplace(admitted, metrics);
-    keep_alive = co_await Forward(*runtime, parser, plan.origin_target, plan.drop_header, plan.outcome, metrics);
+    keep_alive = co_await Forward(*runtime, parser, plan.origin_target, plan.host, plan.drop_header, plan.outcome,
+                                  metrics);
     upstream_in_use_ = nullptr;
   }
   ClearDeadline();
@@ -440,7 +441,8 @@ io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uin
 }
 
 io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& parser, std::string_view origin_target,
-                                       std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics) {
+                                       std::string_view host, std::string_view drop_header, Outcome outcome,
+                                       const RouteMetrics& metrics) {
   const ProxyConfig& config = runtime.config();
   auto& req = parser.get();
   const auto started = Clock::now();
@@ -460,7 +462,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
   }
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
-  const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, client_ip_,
+  const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, host, client_ip_,
                                                         worker_.shared().backend_host, drop_header);
   const bool chunked_request = !parser.content_length() && parser.chunked();
 

@@ -67,7 +67,8 @@ class Session : public std::enable_shared_from_this<Session> {
   io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
                                         std::chrono::milliseconds deadline);
   io::Awaitable<bool> Forward(const Runtime& runtime, RequestParser& parser, std::string_view path_and_query,
-                              std::string_view drop_header, Outcome outcome, const RouteMetrics& metrics);
+                              std::string_view host, std::string_view drop_header, Outcome outcome,
+                              const RouteMetrics& metrics);
   // Answers with a problem; reads and drops a small unread body to keep the connection, else
   // closes it. Returns whether the connection may serve another request.
   io::Awaitable<bool> Reject(RequestParser& parser, const Problem& problem, bool force_close);

@@ -27,6 +27,7 @@
 #include "http/header_rewrite.h"
 #include "http/problem.h"
 #include "http/raw_head.h"
+#include "http/uri.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
 
@@ -265,8 +266,14 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
                              std::string_view("Content-Length"), std::string_view("Transfer-Encoding")}) {
     FUZZ_CHECK(!NamedByConnection(req, p), "a forwarded request whose Connection names a field the proxy relies on");
   }
+  for (const auto& f : req) {
+    if (f.name() != http::field::host) continue;
+    FUZZ_CHECK(IsValidHostPort(f.value()) || (f.value().empty() && req.version() < 11),
+               "a forwarded request with a Host that is not host[:port]");
+  }
   const TargetCheck target = CheckRequestTarget(req.target());
   FUZZ_CHECK(target.ok, "a forwarded request whose target CheckRequestTarget refuses");
+  FUZZ_CHECK(plan.host == target.authority, "the Host sent upstream is not the absolute-form target's authority");
   FUZZ_CHECK(!plan.origin_target.empty() && plan.origin_target.front() == '/', "an origin target not starting with '/'");
   const TargetCheck origin = CheckRequestTarget(plan.origin_target);
   FUZZ_CHECK(origin.ok && origin.path == target.path, "the origin target reads as another path");
@@ -289,7 +296,7 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
 
 // What the session sends upstream, read back.
 void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, const Runtime& runtime) {
-  const std::string wire = UpstreamRequestHead(req, plan.origin_target, "127.0.0.1",
+  const std::string wire = UpstreamRequestHead(req, plan.origin_target, plan.host, "127.0.0.1",
                                                runtime.config().backend.ToString(), plan.drop_header);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
@@ -304,6 +311,10 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   FUZZ_CHECK(up.target() == plan.origin_target, "the upstream target differs from the origin target");
   FUZZ_CHECK(CheckRequestFraming(up.base()).ok, "the upstream framing is ambiguous");
   FUZZ_CHECK(up.count(http::field::upgrade) == 0, "an Upgrade sent upstream");
+  if (!plan.host.empty()) {
+    FUZZ_CHECK(up.count(http::field::host) == 1 && up[http::field::host] == plan.host,
+               "an absolute-form target's authority is not the one Host sent upstream");
+  }
   // The body is framed for the backend as the client framed it (the proxy relays it that way).
   if (req.count(http::field::content_length) != 0) {
     FUZZ_CHECK(up[http::field::content_length] == req[http::field::content_length], "another Content-Length upstream");

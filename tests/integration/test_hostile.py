@@ -153,6 +153,15 @@ CASES = [
     Case("Upgrade: websocket", head([b"Host: t", TOKEN10, b"Connection: Upgrade", b"Upgrade: websocket",
                                      b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="],
                                     b"GET /orders/ws HTTP/1.1"), 400, True),
+    # -- Host: one valid RFC 3986 host[:port], else 400 and closed --
+    Case("Host with a space", head([b"Host: a b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("Host with userinfo", head([b"Host: user@h", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("Host with a slash", head([b"Host: a/b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("an empty Host on HTTP/1.1", head([b"Host:", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("two Host headers", head([b"Host: a", b"Host: b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("no Host on HTTP/1.1", head([TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("absolute-form with userinfo", put([TOKEN10, b"Content-Length: 0"], target=b"http://u@h/orders/1"),
+         400, True),
     # -- Connection naming what the decision or the framing rests on: 400 and closed --
     Case("Connection: Host", put([TOKEN10, b"Connection: Host", b"Content-Length: 0"]), 400, True),
     Case("Connection names the token header", put([TOKEN10, b"Connection: keep-alive, x-fencing-token",

@@ -169,6 +169,7 @@ struct PlanCase {
   uint64_t token = 0;          // kFence
   const char* origin = nullptr;  // the upstream target; nullptr: not checked (rejections)
   bool drop_token = false;     // drop_header names the token header
+  const char* host = "";       // the Host to forward instead of the client's; "": keep the client's
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.what << " [" << VariantName(c.variant) << "]"; }
@@ -213,6 +214,9 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   }
   if (c.origin) {
     EXPECT_EQ(plan.origin_target, c.origin) << c.what << ": origin_target";
+  }
+  if (c.action != Action::kReject) {
+    EXPECT_EQ(plan.host, c.host) << c.what << ": host";
   }
   EXPECT_EQ(plan.drop_header, c.drop_token ? std::string_view("X-Fencing-Token") : std::string_view())
       << c.what << ": drop_header";
@@ -331,12 +335,43 @@ TEST(PlanRequestConnectionTest, TheConfiguredTokenHeaderIsTheProtectedOne) {
   EXPECT_EQ(plan.action, Action::kFence) << "the default name is no token header here";
 }
 
-// RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host.
+// RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host, or one that is
+// not a valid host[:port] (RFC 3986). An absolute-form target's authority is the Host forwarded.
+PlanCase BadHost(const char* what, Fields fields, std::string target = "/orders/1", unsigned version = 11) {
+  return PlanCase{.what = what, .target = std::move(target), .fields = With(kToken10, fields), .version = version,
+                  .outcome = Outcome::kRejectedRequest, .status = 400, .close = true};
+}
+
+PlanCase GoodHost(const char* what, Fields fields, std::string target = "/orders/1", const char* host = "",
+                  unsigned version = 11) {
+  return PlanCase{.what = what, .target = std::move(target), .fields = With(kToken10, fields), .version = version,
+                  .action = Action::kFence, .route = "orders", .token = 10, .host = host};
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Host, PlanRequestTest,
     testing::Values(
-        PlanCase{.what = "two Host headers", .fields = With(kToken10, {{"Host", "a"}, {"Host", "b"}}), .status = 400,
-                 .close = true}));
+        BadHost("two Host headers", {{"Host", "a"}, {"Host", "b"}}),
+        BadHost("two Host headers on HTTP/1.0", {{"Host", "a"}, {"Host", "a"}}, "/orders/1", 10),
+        BadHost("a space in Host", {{"Host", "a b"}}),
+        BadHost("a slash in Host", {{"Host", "a/b"}}),
+        BadHost("userinfo in Host", {{"Host", "a@b"}}),
+        BadHost("an empty Host on HTTP/1.1", {{"Host", ""}}),
+        BadHost("a port without digits", {{"Host", "h:"}}),
+        BadHost("a port that is no port", {{"Host", "h:99999"}}),
+        BadHost("an unclosed IPv6 literal", {{"Host", "[::1"}}),
+        BadHost("a query in Host", {{"Host", "h?x"}}),
+        BadHost("absolute-form with userinfo", {}, "http://user@h/orders/1"),
+        BadHost("absolute-form with an empty authority", {}, "http:///orders/1"),
+        BadHost("absolute-form with a bad port", {}, "http://h:x/orders/1"),
+        GoodHost("a name and a port", {{"Host", "orders.example:8080"}}),
+        GoodHost("an IPv6 literal", {{"Host", "[::1]:8080"}}),
+        GoodHost("an IPv4 address", {{"Host", "10.0.0.1"}}),
+        GoodHost("HTTP/1.0 without Host", {}, "/orders/1", "", 10),
+        GoodHost("absolute-form: its authority is the Host forwarded", {{"Host", "proxy.example"}},
+                 "http://other.example/orders/1", "other.example"),
+        GoodHost("absolute-form with a port and an IPv6 literal", {}, "http://[::1]:81/orders/1", "[::1]:81"),
+        GoodHost("absolute-form on HTTP/1.0 without Host", {}, "http://h/orders/1", "h", 10)));
 
 // "put" is not PUT to HTTP, but a backend that upper-cases methods would apply it as one.
 INSTANTIATE_TEST_SUITE_P(
@@ -429,11 +464,12 @@ INSTANTIATE_TEST_SUITE_P(
                  .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1?a=b&c=%2F"},
         PlanCase{.what = "absolute-form is routed by its path", .target = "http://h/orders/1?x=1",
                  .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
-                 .origin = "/orders/1?x=1"},
+                 .origin = "/orders/1?x=1", .host = "h"},
         PlanCase{.what = "absolute-form, upper-case scheme and a port", .target = "HTTPS://H:8443/orders",
-                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders"},
+                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders",
+                 .host = "H:8443"},
         PlanCase{.what = "absolute-form, an unmatched path", .method = "GET", .target = "http://h/other",
-                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other"},
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other", .host = "h"},
         PlanCase{.what = "a path parameter that changes no route", .target = "/orders/1;jsessionid=A?q",
                  .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
                  .origin = "/orders/1;jsessionid=A?q"},
@@ -443,10 +479,10 @@ INSTANTIATE_TEST_SUITE_P(
                  .fields = Token("5"), .action = Action::kForward, .outcome = Outcome::kUnmatched,
                  .origin = "/other?a=/orders;x"},
         PlanCase{.what = "absolute-form without a path is '/'", .method = "GET", .target = "http://h",
-                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/"},
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/", .host = "h"},
         PlanCase{.what = "absolute-form without a path reaches the root route", .target = "http://h:80",
                  .fields = Token("2"), .variant = Variant::kRoot, .action = Action::kFence, .route = "root",
-                 .token = 2, .origin = "/"}));
+                 .token = 2, .origin = "/", .host = "h:80"}));
 
 INSTANTIATE_TEST_SUITE_P(
     Tokens, PlanRequestTest,
