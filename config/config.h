@@ -22,7 +22,7 @@ enum class FenceMode { kEnforce, kObserve };
 enum class Unmatched { kPass, kReject };
 
 struct RouteConfig {
-  std::string name;    // unique, [a-z0-9_-]+, at most kMaxNameLength
+  std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)
   std::string prefix;  // starts with '/', no trailing '/' (except "/" itself), unique
   std::string fence;   // defaults to name; same charset and length bound as name
   std::vector<std::string> methods{"POST", "PUT", "PATCH", "DELETE"};  // upper-case, unique
@@ -53,8 +53,6 @@ struct Limits {
 };
 
 struct ProxyConfig {
-  static constexpr size_t kMaxNameLength = 64;  // route and fence names; bounds a state record
-
   std::string source_path;  // the file it was loaded from
   HostPort listen{"0.0.0.0", 8080};
   HostPort admin_listen{"127.0.0.1", 9901};

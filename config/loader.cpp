@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "config/value_parsers.h"
+#include "http/ascii.h"
 
 namespace fencing {
 namespace {
@@ -571,7 +572,7 @@ class Loader {
       if (ok && have_name && have_prefix) {
         // A prefix matched without case must not collide, folded, with any other prefix: the
         // longest-match rule could not choose between them.
-        const std::string folded = FoldCase(route.prefix);
+        const std::string folded = ToAsciiLower(route.prefix);
         if (auto [first, added] = folded_prefix.emplace(folded, FoldedPrefix{At(item).line, route.path_case_insensitive});
             !added && (route.path_case_insensitive || first->second.case_insensitive)) {
           Error(route_at, where + ": prefix '" + route.prefix +
@@ -588,14 +589,6 @@ class Loader {
     int line;
     bool case_insensitive;
   };
-
-  static std::string FoldCase(std::string_view text) {
-    std::string folded(text);
-    for (char& c : folded) {
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    }
-    return folded;
-  }
 
   bool Methods(const Entry& e, const std::string& path, std::vector<std::string>* out) {
     if (!e.value.IsSequence()) {

@@ -1,5 +1,10 @@
 #include "config/value_parsers.h"
 
+#include "http/ascii.h"
+#include "http/fields.h"
+#include "http/rules.h"
+#include "http/uri.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -12,42 +17,11 @@ namespace fencing {
 namespace config_internal {
 namespace {
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsLower(char c) { return c >= 'a' && c <= 'z'; }
-bool IsUpper(char c) { return c >= 'A' && c <= 'Z'; }
-bool IsAlpha(char c) { return IsLower(c) || IsUpper(c); }
-
-char ToLower(char c) { return IsUpper(c) ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return ToLower(x) == ToLower(y); });
-}
-
-// RFC 9110 tchar: the characters of a method or a header field name.
-bool IsTokenChar(char c) {
-  if (IsAlpha(c) || IsDigit(c)) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-// Parses all of text as a decimal number; false on anything else or on overflow.
-bool ParseDecimal(std::string_view digits, uint64_t* out) {
-  if (digits.empty()) return false;
-  uint64_t value = 0;
-  for (char c : digits) {
-    if (!IsDigit(c)) return false;
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (value > (std::numeric_limits<uint64_t>::max() - d) / 10) return false;
-    value = value * 10 + d;
-  }
-  *out = value;
-  return true;
-}
 
 // Splits "123unit" into digits and the rest.
 std::pair<std::string_view, std::string_view> SplitNumber(std::string_view text) {
   size_t i = 0;
-  while (i < text.size() && IsDigit(text[i])) ++i;
+  while (i < text.size() && IsAsciiDigit(text[i])) ++i;
   return {text.substr(0, i), text.substr(i)};
 }
 
@@ -71,7 +45,7 @@ std::string CheckHost(std::string_view host, bool bracketed) {
     if (zone_at != std::string_view::npos) {
       const std::string_view zone = host.substr(zone_at + 1);
       const bool ok = !zone.empty() && std::all_of(zone.begin(), zone.end(), [](char c) {
-        return IsAlpha(c) || IsDigit(c) || c == '_' || c == '-' || c == '.';
+        return IsAsciiAlpha(c) || IsAsciiDigit(c) || c == '_' || c == '-' || c == '.';
       });
       if (!ok) return "bad IPv6 zone '" + std::string(zone) + "'";
     }
@@ -80,12 +54,12 @@ std::string CheckHost(std::string_view host, bool bracketed) {
   if (host.find(':') != std::string_view::npos) {
     return "an IPv6 address must be in brackets, e.g. [::1]:8080";
   }
-  const bool numeric = std::all_of(host.begin(), host.end(), [](char c) { return IsDigit(c) || c == '.'; });
+  const bool numeric = std::all_of(host.begin(), host.end(), [](char c) { return IsAsciiDigit(c) || c == '.'; });
   if (numeric) {
     return IsIpv4(host) ? "" : "'" + std::string(host) + "' is not a valid IPv4 address";
   }
   const bool chars_ok = std::all_of(host.begin(), host.end(), [](char c) {
-    return IsAlpha(c) || IsDigit(c) || c == '-' || c == '.' || c == '_';
+    return IsAsciiAlpha(c) || IsAsciiDigit(c) || c == '-' || c == '.' || c == '_';
   });
   if (!chars_ok || host.size() > 253 || host.front() == '.' || host.front() == '-' ||
       host.find("..") != std::string_view::npos) {
@@ -97,10 +71,10 @@ std::string CheckHost(std::string_view host, bool bracketed) {
 std::string CheckPort(std::string_view text, uint16_t* out) {
   if (text.empty()) return "missing port after ':'";
   uint64_t value = 0;
-  if (!std::all_of(text.begin(), text.end(), IsDigit)) {
+  if (!IsDecimalDigits(text)) {
     return "port '" + std::string(text) + "' is not a number";
   }
-  if (text.size() > 5 || !ParseDecimal(text, &value) || value < 1 || value > 65535) {
+  if (text.size() > 5 || !ParseDecimalU64(text, &value) || value < 1 || value > 65535) {
     return "port must be from 1 to 65535";
   }
   *out = static_cast<uint16_t>(value);
@@ -168,7 +142,7 @@ std::string CheckDuration(std::string_view text, std::chrono::milliseconds* out)
   // Bounded so the value still fits when a timer converts it to nanoseconds.
   constexpr uint64_t kMaxMs = std::numeric_limits<int64_t>::max() / 1000000;
   uint64_t value = 0;
-  if (!ParseDecimal(digits, &value) || value > kMaxMs / static_cast<uint64_t>(unit_ms)) {
+  if (!ParseDecimalU64(digits, &value) || value > kMaxMs / static_cast<uint64_t>(unit_ms)) {
     return "duration is too large";
   }
   if (value == 0) return "a duration must be greater than zero";
@@ -208,7 +182,7 @@ std::string CheckSize(std::string_view text, uint64_t* out) {
            "' (write bytes as a plain integer, or use KiB/MiB/GiB)";
   }
   uint64_t value = 0;
-  if (!ParseDecimal(digits, &value) || value > std::numeric_limits<uint64_t>::max() / multiplier) {
+  if (!ParseDecimalU64(digits, &value) || value > std::numeric_limits<uint64_t>::max() / multiplier) {
     return "size is too large";
   }
   *out = value * multiplier;
@@ -216,15 +190,15 @@ std::string CheckSize(std::string_view text, uint64_t* out) {
 }
 
 std::string CheckUnsigned(std::string_view text, uint64_t* out) {
-  if (text.empty() || !std::all_of(text.begin(), text.end(), IsDigit)) {
+  if (!IsDecimalDigits(text)) {
     return "expected a non-negative integer";
   }
-  if (!ParseDecimal(text, out)) return "integer is too large";
+  if (!ParseDecimalU64(text, out)) return "integer is too large";
   return "";
 }
 
 std::string CheckListenAddress(std::string_view text, HostPort* out) {
-  if (!text.empty() && std::all_of(text.begin(), text.end(), IsDigit)) {
+  if (IsDecimalDigits(text)) {
     return "a port alone is not an address; write 0.0.0.0:" + std::string(text) + " or 127.0.0.1:" +
            std::string(text);
   }
@@ -277,13 +251,8 @@ std::string CheckBackendUrl(std::string_view text, HostPort* out) {
 
 std::string CheckName(std::string_view text) {
   if (text.empty()) return "must not be empty";
-  if (text.size() > ProxyConfig::kMaxNameLength) {
-    return "is longer than " + std::to_string(ProxyConfig::kMaxNameLength) + " characters";
-  }
-  const bool ok = std::all_of(text.begin(), text.end(), [](char c) {
-    return IsLower(c) || IsDigit(c) || c == '_' || c == '-';
-  });
-  if (!ok) return "may contain only a-z, 0-9, '_' and '-'";
+  if (text.size() > kMaxNameLength) return "is longer than " + std::to_string(kMaxNameLength) + " characters";
+  if (!IsValidName(text)) return "may contain only a-z, 0-9, '_' and '-'";
   return "";
 }
 
@@ -306,8 +275,7 @@ std::string CheckPrefix(std::string_view text) {
         break;
     }
     // RFC 3986 pchar and '/': anything else cannot appear in a valid request path.
-    const bool pchar = IsAlpha(c) || IsDigit(c) ||
-                       std::string_view("-._~!$&'()*+,;=:@/").find(c) != std::string_view::npos;
+    const bool pchar = IsUnreserved(c) || IsSubDelim(c) || c == ':' || c == '@' || c == '/';
     if (!pchar) return std::string("must not contain '") + c + "'";
   }
   if (text.size() > 1 && text.back() == '/') {
@@ -327,30 +295,28 @@ std::string CheckPrefix(std::string_view text) {
 
 std::string CheckHeaderName(std::string_view text) {
   if (text.empty()) return "must not be empty";
-  if (!std::all_of(text.begin(), text.end(), IsTokenChar)) {
+  if (!IsToken(text)) {
     return "'" + std::string(text) + "' is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)";
   }
-  // Headers the proxy itself consumes, rewrites or uses for framing.
-  static constexpr std::array<std::string_view, 13> kReserved = {
-      "Connection",          "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "TE",
-      "Trailer",             "Upgrade",    "Host",             "Content-Length",    "Expect",
-      "Proxy-Authorization", "Proxy-Authenticate", "X-Forwarded-For"};
-  for (std::string_view reserved : kReserved) {
-    if (EqualsIgnoreCase(text, reserved)) {
-      return "'" + std::string(text) + "' is a hop-by-hop or framing header the proxy handles itself; choose another name";
-    }
+  // Headers the proxy itself consumes, rewrites or uses for framing: the hop-by-hop ones and these.
+  static constexpr std::string_view kHandled[] = {"Host",           "Content-Length",      "Expect",
+                                                  "Proxy-Authorization", "Proxy-Authenticate", "X-Forwarded-For"};
+  bool handled = IsHopByHopName(text);
+  for (std::string_view h : kHandled) handled = handled || EqualsIgnoreCase(text, h);
+  if (handled) {
+    return "'" + std::string(text) + "' is a hop-by-hop or framing header the proxy handles itself; choose another name";
   }
   return "";
 }
 
 std::string CheckMethod(std::string_view text) {
   if (text.empty()) return "a method must not be empty";
-  if (!std::all_of(text.begin(), text.end(), IsTokenChar)) {
+  if (!IsToken(text)) {
     return "'" + std::string(text) + "' is not an HTTP method";
   }
-  if (std::any_of(text.begin(), text.end(), IsLower)) {
+  if (std::any_of(text.begin(), text.end(), IsAsciiLower)) {
     std::string upper(text);
-    for (char& c : upper) c = IsLower(c) ? static_cast<char>(c - 'a' + 'A') : c;
+    for (char& c : upper) c = AsciiUpper(c);
     return "methods are case-sensitive and upper-case: write '" + upper + "', not '" +
            std::string(text) + "'";
   }

@@ -1,5 +1,6 @@
 #include "cli/state_command.h"
 
+#include "http/rules.h"
 #include "state/state_log.h"
 #include "state/state_store.h"
 
@@ -7,7 +8,6 @@
 #include <boost/json/serialize.hpp>
 
 #include <iostream>
-#include <limits>
 #include <memory>
 
 namespace fencing {
@@ -17,20 +17,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-constexpr size_t kMaxTokenDigits = 20;
-
 // The same rule as the token header: 1-20 ASCII digits, at most 2^64-1.
 bool ParseToken(const std::string& text, uint64_t* token) {
-  if (text.empty() || text.size() > kMaxTokenDigits) return false;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  *token = value;
-  return true;
+  return text.size() <= kMaxU64Digits && ParseDecimalU64(text, token);
 }
 
 }  // namespace

@@ -1,11 +1,9 @@
 #include "fence/token.h"
 
-#include <limits>
+#include "http/rules.h"
 
 namespace fencing {
 namespace {
-
-bool IsOws(char c) { return c == ' ' || c == '\t'; }
 
 ParsedToken Malformed(const char* reason) {
   return ParsedToken{TokenParse::kMalformed, 0, reason};
@@ -14,18 +12,12 @@ ParsedToken Malformed(const char* reason) {
 }  // namespace
 
 ParsedToken ParseTokenValue(std::string_view value) {
-  while (!value.empty() && IsOws(value.front())) value.remove_prefix(1);
-  while (!value.empty() && IsOws(value.back())) value.remove_suffix(1);
+  value = TrimOws(value);
   if (value.empty()) return Malformed("the token is empty");
-  if (value.size() > 20) return Malformed("the token has more than 20 digits");
+  if (value.size() > kMaxU64Digits) return Malformed("the token has more than 20 digits");
+  if (!IsDecimalDigits(value)) return Malformed("the token must be ASCII digits only");
   uint64_t result = 0;
-  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
-  for (char c : value) {
-    if (c < '0' || c > '9') return Malformed("the token must be ASCII digits only");
-    uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (result > (kMax - digit) / 10) return Malformed("the token is above 2^64-1");
-    result = result * 10 + digit;
-  }
+  if (!ParseDecimalU64(value, &result)) return Malformed("the token is above 2^64-1");
   return ParsedToken{TokenParse::kOk, result, ""};
 }
 

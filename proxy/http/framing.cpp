@@ -1,7 +1,9 @@
 #include "http/framing.h"
 
 #include "http/ascii.h"
+#include "http/rules.h"
 
+#include <boost/beast/http/rfc7230.hpp>
 
 namespace fencing {
 
@@ -10,12 +12,6 @@ namespace http = boost::beast::http;
 namespace {
 
 FramingCheck Refuse(const char* reason) { return FramingCheck{false, reason}; }
-
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 }  // namespace
 
@@ -37,8 +33,11 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
       transfer_encoding = value;
     } else if (counts && field.name() == http::field::host) {
       ++counts->hosts;
+      counts->host = value;
     } else if (counts && field.name() == http::field::upgrade) {
       ++counts->upgrades;
+    } else if (counts && field.name() == http::field::connection) {
+      ++counts->connections;
     }
   }
   if (content_lengths > 1) return Refuse("more than one Content-Length header");
@@ -47,9 +46,7 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
   if (content_lengths) {
     std::string_view digits = TrimOws(content_length);
     if (digits.empty()) return Refuse("an empty Content-Length");
-    for (char c : digits) {
-      if (c < '0' || c > '9') return Refuse("a Content-Length that is not a single decimal number");
-    }
+    if (!IsDecimalDigits(digits)) return Refuse("a Content-Length that is not a single decimal number");
   }
   if (transfer_encodings) {
     if (header.version() < 11) return Refuse("Transfer-Encoding on an HTTP/1.0 request");
@@ -58,6 +55,24 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
     }
   }
   return FramingCheck{};
+}
+
+std::string_view ProtectedFieldNamedByConnection(const http::request_header<>& header, std::string_view token_header) {
+  for (const auto& field : header) {
+    if (field.name() != http::field::connection) continue;
+    for (std::string_view token : http::token_list(field.value())) {
+      if (EqualsIgnoreCase(token, token_header)) return token;
+      switch (http::string_to_field(token)) {
+        case http::field::host:
+        case http::field::content_length:
+        case http::field::transfer_encoding:
+          return token;
+        default:
+          break;
+      }
+    }
+  }
+  return {};
 }
 
 }  // namespace fencing

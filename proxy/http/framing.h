@@ -5,6 +5,8 @@
 
 #include <boost/beast/http/message.hpp>
 
+#include <string_view>
+
 namespace fencing {
 
 struct FramingCheck {
@@ -16,9 +18,19 @@ struct FramingCheck {
 // (asking Beast's fields for each one is a case-insensitive tree search).
 struct OtherFieldCounts {
   size_t hosts = 0;
+  std::string_view host;  // the last Host field's value
   size_t upgrades = 0;
+  size_t connections = 0;
 };
 
-FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header, OtherFieldCounts* counts = nullptr);
+FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header,
+                                 OtherFieldCounts* counts = nullptr);
+
+// The first field name a Connection header lists that the proxy's decision or the backend's
+// framing rests on: Host, token_header, Content-Length or Transfer-Encoding (as the client wrote
+// it); empty if none. The fields Connection names are dropped before forwarding (hop-by-hop), so
+// a client must not be able to strip these that way.
+std::string_view ProtectedFieldNamedByConnection(const boost::beast::http::request_header<>& header,
+                                                 std::string_view token_header);
 
 }  // namespace fencing

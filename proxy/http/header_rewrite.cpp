@@ -1,6 +1,7 @@
 #include "http/header_rewrite.h"
 
 #include "http/ascii.h"
+#include "http/fields.h"
 
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
@@ -13,21 +14,10 @@ namespace http = boost::beast::http;
 
 namespace {
 
-bool IsHopByHop(http::field f) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::transfer_encoding:
-    case http::field::upgrade:
-    case http::field::content_length:  // framing is set for the next hop, not copied
-    case http::field::expect:
-      return true;
-    default:
-      return false;
-  }
+// Hop-by-hop fields, and those the proxy sets afresh for the next hop: framing (Content-Length)
+// and Expect (the proxy answers 100-continue itself).
+bool NotCopied(http::field f) {
+  return IsHopByHop(f) || f == http::field::content_length || f == http::field::expect;
 }
 
 // The field names listed by the Connection fields (hop-by-hop for this message only). Parsed once
@@ -81,15 +71,16 @@ FieldFacts ScanFields(const http::fields& from) {
   return facts;
 }
 
-// Appends every end-to-end field of `from` except `drop` (case-insensitive name; may be empty).
-// X-Forwarded-For fields are not appended: when `forwarded_for` is given, their values are
-// collected there, each followed by ", ".
-void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std::string_view drop,
+// Appends every end-to-end field of `from` except `drop` (case-insensitive name; may be empty),
+// and except Host when skip_host. X-Forwarded-For fields are not appended: when `forwarded_for`
+// is given, their values are collected there, each followed by ", ".
+void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std::string_view drop, bool skip_host,
                           std::string* forwarded_for, std::string& out) {
   std::optional<ConnectionTokens> connection_tokens;
   if (facts.connection) connection_tokens.emplace(from);
   for (const auto& field : from) {
-    if (IsHopByHop(field.name())) continue;
+    if (NotCopied(field.name())) continue;
+    if (skip_host && field.name() == http::field::host) continue;
     std::string_view name = field.name_string();
     if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
     if (forwarded_for && field.name() == http::field::unknown && EqualsIgnoreCase(name, "X-Forwarded-For")) {
@@ -107,7 +98,8 @@ constexpr size_t kHeadReserve = 512;  // most heads fit: one allocation
 }  // namespace
 
 std::string UpstreamRequestHead(const http::request_header<>& client, std::string_view origin_target,
-                                std::string_view client_ip, std::string_view backend_host, std::string_view drop) {
+                                std::string_view host, std::string_view client_ip, std::string_view backend_host,
+                                std::string_view drop) {
   std::string out;
   out.reserve(kHeadReserve);
   out.append(client.method_string());
@@ -116,7 +108,7 @@ std::string UpstreamRequestHead(const http::request_header<>& client, std::strin
   out.append(" HTTP/1.1\r\n");
   const FieldFacts facts = ScanFields(client);
   std::string forwarded_for;
-  AppendEndToEndFields(client, facts, drop, &forwarded_for, out);
+  AppendEndToEndFields(client, facts, drop, !host.empty(), &forwarded_for, out);
 
   // One X-Forwarded-For: the client's list (all of its fields, in order) plus this hop.
   out.append("X-Forwarded-For: ");
@@ -124,7 +116,11 @@ std::string UpstreamRequestHead(const http::request_header<>& client, std::strin
   out.append(client_ip);
   out.append("\r\n");
 
-  if (!facts.host) AppendField(out, "Host", backend_host);
+  if (!host.empty()) {
+    AppendField(out, "Host", host);
+  } else if (!facts.host) {
+    AppendField(out, "Host", backend_host);
+  }
   if (!facts.content_length.empty()) {
     AppendField(out, "Content-Length", facts.content_length);
   } else if (facts.transfer_encoding) {
@@ -145,7 +141,7 @@ std::string ClientResponseHead(const http::response_header<>& upstream, unsigned
   out.append(upstream.reason());
   out.append("\r\n");
   const FieldFacts facts = ScanFields(upstream);
-  AppendEndToEndFields(upstream, facts, "", nullptr, out);
+  AppendEndToEndFields(upstream, facts, "", false, nullptr, out);
   if (framing == BodyFraming::kLength) {
     AppendField(out, "Content-Length", facts.content_length);
   } else if (framing == BodyFraming::kChunked) {

@@ -24,9 +24,12 @@ enum class BodyFraming {
 // The request head for the backend: method, origin-form target, HTTP/1.1, end-to-end fields
 // without Expect (the proxy answers 100-continue itself) and without `drop` (the token header
 // when a route does not forward it; may be empty), one X-Forwarded-For holding the client's list
-// plus client_ip, Host kept (or backend_host if absent), and the client's body framing.
+// plus client_ip, and the client's body framing. Host: `host` in place of the client's when not
+// empty (an absolute-form target's authority, RequestPlan::host), else the client's, else
+// backend_host.
 std::string UpstreamRequestHead(const boost::beast::http::request_header<>& client, std::string_view origin_target,
-                                std::string_view client_ip, std::string_view backend_host, std::string_view drop);
+                                std::string_view host, std::string_view client_ip, std::string_view backend_host,
+                                std::string_view drop);
 
 // The response head for the client: status line in the client's HTTP version, end-to-end
 // fields, `framing`, and a Connection field when keep-alive differs from the version's default.

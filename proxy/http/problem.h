@@ -21,6 +21,8 @@ namespace fencing {
 // unknown after a malformed message).
 #define FENCING_PROBLEM_TYPES(X)                                                                           \
   X(kAmbiguousFraming, "ambiguous-framing", "Ambiguous request framing", bad_request)                     \
+  X(kBadConnectionHeader, "bad-connection-header", "Connection header names a protected field",          \
+    bad_request)                                                                                           \
   X(kBadHost, "bad-host", "Bad Host header", bad_request)                                                  \
   X(kMalformedRequest, "malformed-request", "Malformed request", bad_request)                             \
   X(kMalformedBody, "malformed-body", "Malformed request body", bad_request)                              \

@@ -1,5 +1,7 @@
 #include "http/raw_head.h"
 
+#include "http/rules.h"
+
 #include <array>
 #include <cstring>
 
@@ -16,10 +18,8 @@ constexpr std::array<unsigned char, 256> MakeByteClasses() {
   for (int c = 0; c < 256; ++c) {
     // A field value may hold visible ASCII, obs-text (0x80-0xFF), space and tab; nothing else.
     if (c == '\t' || c == ' ' || (c > 0x20 && c != 0x7f)) classes[c] |= kValue;
-    // RFC 9110 token characters (field names, methods).
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) classes[c] |= kToken;
+    if (IsTokenChar(static_cast<char>(c))) classes[c] |= kToken;
   }
-  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) classes[c] |= kToken;
   return classes;
 }
 constexpr std::array<unsigned char, 256> kByteClasses = MakeByteClasses();
@@ -40,6 +40,9 @@ RawHeadCheck CheckRequestLine(std::string_view line) {
     }
   }
   if (spaces != 2) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+  for (char c : line.substr(0, line.find(' '))) {
+    if (!IsTokenChar(c)) return Refuse("a method that is not an RFC 9110 token");
+  }
   return RawHeadCheck{};
 }
 
@@ -62,15 +65,31 @@ RawHeadCheck CheckFieldLine(std::string_view line) {
 }  // namespace
 
 size_t FindHeadEnd(std::string_view data, size_t* scanned) {
-  for (size_t i = *scanned; i < data.size(); ++i) {
-    const void* lf = std::memchr(data.data() + i, '\n', data.size() - i);
+  const char* const begin = data.data();
+  const size_t size = data.size();
+  size_t i = *scanned;
+  while (i < size) {
+    // The next CR or LF, with two memchr (heads are short, and most bytes are neither).
+    const char* lf = static_cast<const char*>(std::memchr(begin + i, '\n', size - i));
+    const size_t lf_at = lf ? static_cast<size_t>(lf - begin) : size;
+    const char* cr = static_cast<const char*>(std::memchr(begin + i, '\r', lf_at - i));
+    if (cr != nullptr) {
+      const size_t cr_at = static_cast<size_t>(cr - begin);
+      if (cr_at + 1 == size) {
+        *scanned = cr_at;  // its next byte is still to come: look at this CR again then
+        return 0;
+      }
+      if (begin[cr_at + 1] != '\n') return cr_at + 2;  // a bare CR: the head ends with the byte after it
+      i = cr_at + 1;  // CRLF: the LF is looked at next
+      continue;
+    }
     if (lf == nullptr) break;
-    i = static_cast<size_t>(static_cast<const char*>(lf) - data.data());
-    // An empty line: "\n" right after the previous line's "\n" (optionally with "\r" between).
-    if (i >= 1 && data[i - 1] == '\n') return i + 1;
-    if (i >= 2 && data[i - 1] == '\r' && data[i - 2] == '\n') return i + 1;
+    if (lf_at == 0 || begin[lf_at - 1] != '\r') return lf_at + 1;  // a bare LF
+    // CRLF right after the previous line's CRLF: the empty line.
+    if (lf_at >= 2 && begin[lf_at - 2] == '\n') return lf_at + 1;
+    i = lf_at + 1;
   }
-  *scanned = data.size();
+  *scanned = size;
   return 0;
 }
 
@@ -79,7 +98,11 @@ RawHeadCheck CheckRawHead(std::string_view head) {
   bool first = true;
   while (start < head.size()) {
     size_t lf = head.find('\n', start);
-    if (lf == std::string_view::npos) return Refuse("a head that does not end with an empty line");
+    if (lf == std::string_view::npos) {
+      // FindHeadEnd ends a head early at a bare CR: say so rather than that the head is cut short.
+      if (head.find('\r', start) != std::string_view::npos) return Refuse("a bare CR");
+      return Refuse("a head that does not end with an empty line");
+    }
     if (lf == start || head[lf - 1] != '\r') return Refuse("a bare LF line ending");
     std::string_view line = head.substr(start, lf - 1 - start);
     if (line.find('\r') != std::string_view::npos) return Refuse("a bare CR");

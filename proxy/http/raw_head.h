@@ -11,7 +11,15 @@ namespace fencing {
 
 // Length of the head (request line, fields, and the empty line that ends it) if `data` holds a
 // complete one, else 0. `scanned` carries progress between calls as more bytes arrive (start at
-// 0); a bare "\n\n" also ends a head, so that CheckRawHead can refuse it.
+// 0).
+//
+// A bare CR or LF also ends the head, as soon as the bytes show it, so that the caller hands
+// CheckRawHead a head it refuses at once instead of waiting for an empty line that may never
+// come (a stalled head is only ended by the header_read timeout, unanswered):
+//  - a bare LF (an LF not after a CR) ends it just after that LF;
+//  - a bare CR (a CR followed by anything but LF) ends it just after the byte that follows the
+//    CR. A CR that is the last byte so far is undecided: 0, and it is looked at again when the
+//    next byte is in.
 size_t FindHeadEnd(std::string_view data, size_t* scanned);
 
 struct RawHeadCheck {
@@ -19,7 +27,7 @@ struct RawHeadCheck {
   const char* reason = "";
 };
 
-// head: exactly what FindHeadEnd measured.
+// head: exactly what FindHeadEnd measured (so a head cut short at a bare CR or LF is refused).
 RawHeadCheck CheckRawHead(std::string_view head);
 
 }  // namespace fencing

@@ -1,42 +1,23 @@
 #include "routing/path_check.h"
 
+#include "http/ascii.h"
+#include "http/uri.h"
+
 namespace fencing {
 namespace {
 
-TargetCheck Refuse(const char* reason) { return TargetCheck{false, {}, reason}; }
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// RFC 3986 unreserved characters: percent-encoding them changes nothing for a backend that
-// normalises, so an encoded one can only be an attempt to dodge prefix matching.
-bool IsUnreserved(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_' || c == '~';
-}
-
-bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    char a = s[i];
-    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
-    if (a != prefix[i]) return false;
-  }
-  return true;
-}
+TargetCheck Refuse(const char* reason) { return TargetCheck{false, {}, {}, reason}; }
 
 }  // namespace
 
 TargetCheck CheckRequestTarget(std::string_view target) {
-  // Absolute-form: drop scheme and authority, keep the path ("http://h" alone means "/").
-  if (StartsWithNoCase(target, "http://") || StartsWithNoCase(target, "https://")) {
-    size_t authority = target.find("://") + 3;
-    size_t slash = target.find_first_of("/?#", authority);
-    if (slash == std::string_view::npos) return TargetCheck{true, "/", ""};
+  // Absolute-form: set the authority aside, route by the path ("http://h" alone means "/").
+  std::string_view authority;
+  if (StartsWithIgnoreCase(target, "http://") || StartsWithIgnoreCase(target, "https://")) {
+    size_t authority_at = target.find("://") + 3;
+    size_t slash = target.find_first_of("/?#", authority_at);
+    authority = target.substr(authority_at, slash == std::string_view::npos ? slash : slash - authority_at);
+    if (slash == std::string_view::npos) return TargetCheck{true, "/", authority, ""};
     if (target[slash] != '/') return Refuse("the absolute-form target has no path");
     target.remove_prefix(slash);
   }
@@ -73,7 +54,11 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       unsigned char decoded = static_cast<unsigned char>(hi * 16 + lo);
       if (decoded == '/' || decoded == '\\') return Refuse("the path has an encoded slash or backslash");
       if (decoded == 0 || decoded < 0x20 || decoded == 0x7f) return Refuse("the path has an encoded control byte");
-      if (IsUnreserved(decoded)) return Refuse("the path percent-encodes an unreserved character (such as %2e)");
+      // Percent-encoding an unreserved character changes nothing for a backend that normalises,
+      // so an encoded one can only be an attempt to dodge prefix matching.
+      if (IsUnreserved(static_cast<char>(decoded))) {
+        return Refuse("the path percent-encodes an unreserved character (such as %2e)");
+      }
       // "%252e" is "%2e" to a backend that decodes twice: an encoded '%' starting an escape.
       if (decoded == '%' && i + 4 < path.size() && HexValue(path[i + 3]) >= 0 && HexValue(path[i + 4]) >= 0) {
         return Refuse("the path has a double-encoded escape (such as %252e)");
@@ -88,7 +73,7 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       if (c <= 0x20 || c == 0x7f) return Refuse("the query has a control byte or space");
     }
   }
-  return TargetCheck{true, path, ""};
+  return TargetCheck{true, path, authority, ""};
 }
 
 }  // namespace fencing

@@ -10,10 +10,12 @@ namespace fencing {
 struct TargetCheck {
   bool ok = false;
   std::string_view path;   // the path part of the target (no query), when ok
+  std::string_view authority;  // absolute-form: what is between "://" and the path, unchecked; else empty
   const char* reason = ""; // why the target was refused, when !ok
 };
 
-// Accepts origin-form ("/a/b?q") and absolute-form ("http://host/a/b?q"; routed by its path).
+// Accepts origin-form ("/a/b?q") and absolute-form ("http://host/a/b?q"; routed by its path, its
+// authority given apart).
 // Refuses: empty or other forms, "." and ".." segments, empty segments ("//"), backslashes,
 // "%2e" "%2f" "%5c" "%00" and any percent-encoded unreserved character (a backend may decode
 // "%6Frders" to "orders"), malformed percent escapes, control bytes, spaces and '#'.

@@ -1,23 +1,14 @@
 #include "routing/route_table.h"
 
+#include "http/ascii.h"
+
 namespace fencing {
-namespace {
-
-std::string FoldCase(std::string_view text) {
-  std::string folded(text);
-  for (char& c : folded) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return folded;
-}
-
-}  // namespace
 
 RouteTable::RouteTable(std::shared_ptr<const ProxyConfig> config) : config_(std::move(config)) {
   for (size_t i = 0; i < config_->routes.size(); ++i) {
     const RouteConfig& route = config_->routes[i];
     if (route.path_case_insensitive) {
-      by_folded_prefix_.emplace(FoldCase(route.prefix), i);
+      by_folded_prefix_.emplace(ToAsciiLower(route.prefix), i);
     } else {
       by_prefix_.emplace(route.prefix, i);
     }
@@ -27,7 +18,7 @@ RouteTable::RouteTable(std::shared_ptr<const ProxyConfig> config) : config_(std:
 std::optional<size_t> RouteTable::Match(std::string_view path) const {
   if (by_prefix_.empty() && by_folded_prefix_.empty()) return std::nullopt;
   // Folding is done once per request, and only when some route asks for it.
-  const std::string folded_path = by_folded_prefix_.empty() ? std::string() : FoldCase(path);
+  const std::string folded_path = by_folded_prefix_.empty() ? std::string() : ToAsciiLower(path);
   auto lookup = [&](size_t length) -> std::optional<size_t> {
     if (auto it = by_prefix_.find(path.substr(0, length)); it != by_prefix_.end()) return it->second;
     if (!by_folded_prefix_.empty()) {

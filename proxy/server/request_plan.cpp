@@ -5,6 +5,7 @@
 #include "fence/token.h"
 #include "routing/path_check.h"
 #include "http/framing.h"
+#include "http/uri.h"
 
 #include <functional>
 #include <string>
@@ -15,12 +16,17 @@ namespace http = boost::beast::http;
 
 namespace {
 
+// Every 400 closes the connection: after a malformed message the next request's boundary is
+// unknown. Other refusals close only when the caller says (CONNECT: the next bytes are another
+// protocol's).
+bool ClosesConnection(const Problem& problem) { return problem.status == http::status::bad_request; }
+
 RequestPlan Reject(Outcome outcome, Problem problem, bool close = false) {
   RequestPlan plan;
   plan.action = RequestPlan::Action::kReject;
   plan.outcome = outcome;
   plan.problem = std::move(problem);
-  plan.close = close;
+  plan.close = close || ClosesConnection(plan.problem);
   return plan;
 }
 
@@ -38,6 +44,7 @@ void RejectWith(RequestPlan& plan, Outcome outcome, ProblemType type, std::strin
   plan.problem.type = info.slug;
   plan.problem.title = info.title;
   plan.problem.detail = std::move(detail);
+  plan.close = ClosesConnection(plan.problem);
 }
 
 // The path as a servlet container (Tomcat, Jetty, Spring MVC) routes it: ";params" dropped from
@@ -66,11 +73,25 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               std::string("the request is refused because it has ") + framing.reason),
                   true);
   }
+  if (counts.connections > 0) {
+    if (std::string_view named = ProtectedFieldNamedByConnection(head, config.token_header); !named.empty()) {
+      return Reject(Outcome::kRejectedRequest,
+                    MakeProblem(ProblemType::kBadConnectionHeader,
+                                "the Connection header names " + std::string(named) +
+                                    ", which the proxy's decision or the request's framing rests on"));
+    }
+  }
   // RFC 9112 section 3.2: exactly one Host in HTTP/1.1, at most one in HTTP/1.0.
   if (size_t hosts = counts.hosts; hosts > 1 || (hosts == 0 && head.version() >= 11)) {
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(ProblemType::kBadHost, hosts ? "the request has more than one Host header"
                                                            : "an HTTP/1.1 request must have a Host header"));
+  }
+  // RFC 9112 section 3.2: a Host that is not a valid host[:port] is a 400. HTTP/1.0 may send it
+  // empty (it had no Host); HTTP/1.1 names the host it means.
+  if (counts.hosts == 1 && (!counts.host.empty() || head.version() >= 11) && !IsValidHostPort(counts.host)) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kBadHost, "the Host header is not a valid host[:port] (RFC 3986)"));
   }
   // After CONNECT or an Upgrade the client's next bytes belong to another protocol: the
   // connection is closed rather than read as the next request.
@@ -92,7 +113,17 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                               std::string("the path could reach the backend as another route: ") + target.reason));
   }
 
+  // An absolute-form target names the host: it replaces the Host header upstream (RFC 9112
+  // section 3.2.2). Userinfo ("user@") is refused with the rest (RFC 9110 section 4.2.4).
+  const bool absolute_form = !head.target().starts_with('/');  // the only other form CheckRequestTarget accepts
+  if (absolute_form && !IsValidHostPort(target.authority)) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kBadHost,
+                              "the absolute-form target's authority is not a valid host[:port] (RFC 3986)"));
+  }
+
   RequestPlan plan;
+  plan.host = target.authority;
   // Origin-form for the backend: the path and query of the checked target. The path is a view
   // into the target, except for an absolute-form target without one ("http://h"), whose path
   // CheckRequestTarget gives as a static "/": subtracting pointers into unrelated objects there

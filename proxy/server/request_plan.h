@@ -25,9 +25,12 @@ struct RequestPlan {
   Outcome outcome = Outcome::kRejectedRequest;
   Problem problem;                   // kReject
   bool close = false;                // kReject: the connection cannot be trusted for another request
+                                     // (every 400, and CONNECT)
   const RouteRuntime* route = nullptr;  // null: no route matched
   uint64_t token = 0;                // kFence
   std::string_view origin_target;    // path and query to send upstream (views into the head)
+  std::string_view host;             // Host to send upstream instead of the client's (an absolute-form
+                                     // target's authority, RFC 9112 section 3.2.2); empty: the client's
   std::string_view drop_header;      // header not to forward (the token, if the route says so)
 
   const RouteMetrics& metrics(const Runtime& runtime) const {

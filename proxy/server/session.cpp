@@ -448,7 +448,8 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
   const std::string upstream_head =
-      UpstreamRequestHead(req.base(), plan.origin_target, client_ip_, worker_.shared().backend_host, plan.drop_header);
+      UpstreamRequestHead(req.base(), plan.origin_target, plan.host, client_ip_,
+                          worker_.shared().backend_host, plan.drop_header);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = body.decoder().chunked();

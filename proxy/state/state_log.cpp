@@ -44,10 +44,6 @@ uint64_t GetU64(const char* p) {
   return v;
 }
 
-bool IsFenceNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-}
-
 // Decodes the record at the start of data into *record and its size into *size; on failure,
 // *reason says what is wrong with it (the caller decides torn tail or corruption).
 bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std::string* reason) {
@@ -112,10 +108,7 @@ uint32_t UnmaskCrc(uint32_t masked) {
   return (rotated >> 17) | (rotated << 15);
 }
 
-bool IsValidFenceName(std::string_view name) {
-  return !name.empty() && name.size() <= kMaxFenceNameSize &&
-         std::all_of(name.begin(), name.end(), IsFenceNameChar);
-}
+bool IsValidFenceName(std::string_view name) { return IsValidName(name); }
 
 std::string EncodeHeader() {
   std::string header(kMagic);

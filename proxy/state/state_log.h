@@ -3,6 +3,7 @@
 // replay, and the small file helpers the store and `state set` share. No state lives here.
 
 #include "common/status.h"
+#include "http/rules.h"
 #include "state/file_ops.h"
 #include "state/state_store.h"
 
@@ -22,7 +23,7 @@ inline constexpr size_t kHeaderCrcOffset = 12;
 // Record: masked CRC (type + payload), payload length u16, type u8, payload.
 inline constexpr size_t kRecordHeaderSize = 4 + 2 + 1;
 inline constexpr uint8_t kRecordTypeSetMax = 1;
-inline constexpr size_t kMaxFenceNameSize = 64;
+inline constexpr size_t kMaxFenceNameSize = kMaxNameLength;  // the name rule's bound (http/rules.h)
 inline constexpr size_t kSetMaxFixedPayload = 8 + 1;  // token, name length
 inline constexpr size_t kMinSetMaxPayload = kSetMaxFixedPayload + 1;
 inline constexpr size_t kMaxSetMaxPayload = kSetMaxFixedPayload + kMaxFenceNameSize;

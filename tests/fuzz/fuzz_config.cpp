@@ -5,6 +5,7 @@
 
 #include "config/config.h"
 #include "fuzz_check.h"
+#include "http/rules.h"
 #include "routing/route_table.h"
 
 #include <cstddef>
@@ -17,8 +18,9 @@ namespace {
 
 using namespace fencing;
 
-bool IsValidName(std::string_view name) {
-  if (name.empty() || name.size() > ProxyConfig::kMaxNameLength) return false;
+// The name rule read independently of http/rules.h, as an oracle.
+bool IsRouteName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength) return false;
   for (char c : name) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
   }
@@ -30,8 +32,8 @@ void CheckConfig(const ProxyConfig& config) {
   for (const RouteConfig& route : config.routes) {
     FUZZ_CHECK(names.insert(route.name).second, "two routes share a name");
     FUZZ_CHECK(prefixes.insert(route.prefix).second, "two routes share a prefix");
-    FUZZ_CHECK(IsValidName(route.name), "a route name outside [a-z0-9_-]{1,64}");
-    FUZZ_CHECK(IsValidName(route.fence), "a fence name outside [a-z0-9_-]{1,64}");
+    FUZZ_CHECK(IsRouteName(route.name), "a route name outside [a-z0-9_-]{1,64}");
+    FUZZ_CHECK(IsRouteName(route.fence), "a fence name outside [a-z0-9_-]{1,64}");
     FUZZ_CHECK(!route.prefix.empty() && route.prefix.front() == '/', "a prefix not starting with '/'");
     FUZZ_CHECK(route.prefix == "/" || route.prefix.back() != '/', "a prefix with a trailing '/'");
     FUZZ_CHECK(!route.methods.empty(), "a route fencing no method");

@@ -4,7 +4,8 @@
 // then the upstream request the session would send, serialised and read back.
 //
 // Oracles (each abort is a bypass, a smuggling vector or a crash):
-//  - FindHeadEnd finds the same end however the bytes arrive;
+//  - FindHeadEnd finds the same end however the bytes arrive, at the first empty line, bare LF or
+//    bare CR;
 //  - nothing CheckRawHead refuses is planned; the parser takes exactly the head it measured;
 //  - a forwarded request has unambiguous framing, a target CheckRequestTarget accepts, the route
 //    a brute-force match picks, and, on an enforce route that fences its method, an admission;
@@ -26,6 +27,7 @@
 #include "http/header_rewrite.h"
 #include "http/problem.h"
 #include "http/raw_head.h"
+#include "http/uri.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
 
@@ -174,9 +176,15 @@ size_t IncrementalHeadEnd(std::string_view input, size_t step) {
   }
 }
 
-bool IsEmptyLineEnd(std::string_view data, size_t end) {  // data[end-1] ends an empty line
-  if (end < 2 || data[end - 1] != '\n') return false;
-  return data[end - 2] == '\n' || (end >= 3 && data[end - 2] == '\r' && data[end - 3] == '\n');
+// Where FindHeadEnd may end a head: just after an empty line (CRLF CRLF), a bare LF, or the byte
+// after a bare CR.
+bool IsHeadEnd(std::string_view data, size_t end) {
+  if (end == 0 || end > data.size()) return false;
+  const char last = data[end - 1];
+  if (end >= 2 && data[end - 2] == '\r' && last != '\n') return true;  // bare CR
+  if (last != '\n') return false;
+  if (end == 1 || data[end - 2] != '\r') return true;  // bare LF
+  return end >= 4 && data[end - 3] == '\n' && data[end - 4] == '\r';
 }
 
 // An independent reading of what CheckRawHead must at least refuse.
@@ -254,8 +262,18 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
   FUZZ_CHECK(CheckRequestFraming(req).ok, "a forwarded request with ambiguous framing");
   FUZZ_CHECK(req.method() != http::verb::connect, "a forwarded CONNECT");
   FUZZ_CHECK(req.count(http::field::upgrade) == 0, "a forwarded Upgrade");
+  for (std::string_view p : {std::string_view(runtime.config().token_header), std::string_view("Host"),
+                             std::string_view("Content-Length"), std::string_view("Transfer-Encoding")}) {
+    FUZZ_CHECK(!NamedByConnection(req, p), "a forwarded request whose Connection names a field the proxy relies on");
+  }
+  for (const auto& f : req) {
+    if (f.name() != http::field::host) continue;
+    FUZZ_CHECK(IsValidHostPort(f.value()) || (f.value().empty() && req.version() < 11),
+               "a forwarded request with a Host that is not host[:port]");
+  }
   const TargetCheck target = CheckRequestTarget(req.target());
   FUZZ_CHECK(target.ok, "a forwarded request whose target CheckRequestTarget refuses");
+  FUZZ_CHECK(plan.host == target.authority, "the Host sent upstream is not the absolute-form target's authority");
   FUZZ_CHECK(!plan.origin_target.empty() && plan.origin_target.front() == '/', "an origin target not starting with '/'");
   const TargetCheck origin = CheckRequestTarget(plan.origin_target);
   FUZZ_CHECK(origin.ok && origin.path == target.path, "the origin target reads as another path");
@@ -278,7 +296,7 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
 
 // What the session sends upstream, read back.
 void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, const Runtime& runtime) {
-  const std::string wire = UpstreamRequestHead(req, plan.origin_target, "127.0.0.1",
+  const std::string wire = UpstreamRequestHead(req, plan.origin_target, plan.host, "127.0.0.1",
                                                runtime.config().backend.ToString(), plan.drop_header);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
@@ -293,6 +311,10 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   FUZZ_CHECK(up.target() == plan.origin_target, "the upstream target differs from the origin target");
   FUZZ_CHECK(CheckRequestFraming(up.base()).ok, "the upstream framing is ambiguous");
   FUZZ_CHECK(up.count(http::field::upgrade) == 0, "an Upgrade sent upstream");
+  if (!plan.host.empty()) {
+    FUZZ_CHECK(up.count(http::field::host) == 1 && up[http::field::host] == plan.host,
+               "an absolute-form target's authority is not the one Host sent upstream");
+  }
   // The body is framed for the backend as the client framed it (the proxy relays it that way).
   if (req.count(http::field::content_length) != 0) {
     FUZZ_CHECK(up[http::field::content_length] == req[http::field::content_length], "another Content-Length upstream");
@@ -304,8 +326,7 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   const std::string& token_header = runtime.config().token_header;
   if (!plan.drop_header.empty()) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 0, "a dropped token header sent upstream");
-  } else if (EnforcesOn(plan.route, req.method_string()) && !NamedByConnection(req, token_header)) {
-    // (A client may make the token hop-by-hop by naming it in Connection; then it is dropped.)
+  } else if (EnforcesOn(plan.route, req.method_string())) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 1, "a fenced write sent upstream without its one token");
   }
 
@@ -335,11 +356,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t head_length = FindHeadEnd(input, &scanned);
   FUZZ_CHECK(IncrementalHeadEnd(input, 1 + mix % 13) == head_length, "FindHeadEnd depends on how bytes arrive");
   if (head_length == 0) {
-    for (size_t i = 1; i <= input.size(); ++i) FUZZ_CHECK(!IsEmptyLineEnd(input, i), "FindHeadEnd missed an empty line");
+    for (size_t i = 1; i <= input.size(); ++i) FUZZ_CHECK(!IsHeadEnd(input, i), "FindHeadEnd missed a head end");
     return 0;  // the session reads on (or answers 431 at the limit)
   }
-  FUZZ_CHECK(IsEmptyLineEnd(input, head_length), "FindHeadEnd stopped where no empty line ends");
-  for (size_t i = 1; i < head_length; ++i) FUZZ_CHECK(!IsEmptyLineEnd(input, i), "FindHeadEnd skipped an earlier empty line");
+  FUZZ_CHECK(IsHeadEnd(input, head_length), "FindHeadEnd stopped where no head ends");
+  for (size_t i = 1; i < head_length; ++i) FUZZ_CHECK(!IsHeadEnd(input, i), "FindHeadEnd skipped an earlier head end");
 
   const std::shared_ptr<const ProxyConfig>& config = env.configs[mix & 1];
   if (head_length > config->limits.max_header_bytes) return 0;  // 431 before anything parses it

@@ -57,7 +57,7 @@ def framing(name, data, status=400, **kw):
 
 def path_case(target):
     return Case("path %s" % target.decode("latin-1"),
-                put([TOKEN5, b"Content-Length: 0"], target=target), 400, False)
+                put([TOKEN5, b"Content-Length: 0"], target=target), 400, True)
 
 
 CASES = [
@@ -108,6 +108,9 @@ CASES = [
     framing("bare CR in a value", head([b"Host: t", TOKEN10, b"X-A: a\rContent-Length: 5",
                                         b"Content-Length: 0"])),
     framing("bare CR before CRLF", head([b"Host: t", TOKEN10 + b"\r", b"Content-Length: 0"])),
+    # A bare CR or LF with no empty line after it: answered at once, not by the header_read timeout.
+    framing("bare CR and no line end at all", b"GET / HTTP/1.1\rHost: a\r\r"),
+    framing("bare LF and no empty line", b"GET / HTTP/1.1\nHost: t\n"),
     framing("NUL in a header value", head([b"Host: t", TOKEN10 + b"\x00", b"Content-Length: 0"])),
     framing("NUL in a header name", head([b"Host: t", TOKEN10, b"X-\x00A: b", b"Content-Length: 0"])),
     framing("0x01 in a header value", head([b"Host: t", TOKEN10, b"X-A: \x01", b"Content-Length: 0"])),
@@ -121,7 +124,7 @@ CASES = [
             status=431),
     # Only the head is sent: the 413 must come without the body.
     framing("Content-Length over max_body_bytes", put([TOKEN10, b"Content-Length: 2048"]), status=413),
-    # -- paths that could reach the backend as another route: 400, the connection stays --
+    # -- paths that could reach the backend as another route: 400, and (as after every 400) closed --
     path_case(b"/orders/../admin"),
     path_case(b"/x/../orders"),
     path_case(b"/%2e%2e/orders"),
@@ -134,8 +137,10 @@ CASES = [
     path_case(b"http://h/x/../orders"),
     path_case(b"/orders;x/1"),  # a servlet container routes it as /orders/1
     path_case(b"/;x/orders"),
-    Case("path /x/../orders with a body (discarded)",
-         put([TOKEN5, b"Content-Length: 5"], b"hello", target=b"/x/../orders"), 400, False),
+    Case("path /x/../orders with a body (never read)",
+         put([TOKEN5, b"Content-Length: 5"], b"hello", target=b"/x/../orders"), 400, True),
+    Case("a target that is no path (GET ! HTTP/1.1)", head([b"Host: t"], b"GET ! HTTP/1.1"), 400, True),
+    Case("a method that is not a token", head([b"Host: t"], b"G(T / HTTP/1.1"), 400, True),
     # -- absolute-form: routed by its path --
     Case("absolute-form, stale token", put([TOKEN5, b"Content-Length: 0"], target=b"http://h/orders/1"),
          409, False, max_token="10"),
@@ -149,15 +154,32 @@ CASES = [
     Case("Upgrade: websocket", head([b"Host: t", TOKEN10, b"Connection: Upgrade", b"Upgrade: websocket",
                                      b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="],
                                     b"GET /orders/ws HTTP/1.1"), 400, True),
-    # -- the token header --
-    Case("token sent twice", put([TOKEN10, TOKEN10, b"Content-Length: 0"]), 400, False),
-    Case("token '5, 6'", put([b"X-Fencing-Token: 5, 6", b"Content-Length: 0"]), 400, False),
-    Case("token '0x5'", put([b"X-Fencing-Token: 0x5", b"Content-Length: 0"]), 400, False),
-    Case("token '+10'", put([b"X-Fencing-Token: +10", b"Content-Length: 0"]), 400, False),
-    Case("token empty", put([b"X-Fencing-Token:", b"Content-Length: 0"]), 400, False),
-    Case("token 2^64", put([b"X-Fencing-Token: 18446744073709551616", b"Content-Length: 0"]), 400, False),
+    # -- Host: one valid RFC 3986 host[:port], else 400 and closed --
+    Case("Host with a space", head([b"Host: a b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("Host with userinfo", head([b"Host: user@h", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("Host with a slash", head([b"Host: a/b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("an empty Host on HTTP/1.1", head([b"Host:", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("two Host headers", head([b"Host: a", b"Host: b", TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("no Host on HTTP/1.1", head([TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("absolute-form with userinfo", put([TOKEN10, b"Content-Length: 0"], target=b"http://u@h/orders/1"),
+         400, True),
+    # -- Connection naming what the decision or the framing rests on: 400 and closed --
+    Case("Connection: Host", put([TOKEN10, b"Connection: Host", b"Content-Length: 0"]), 400, True),
+    Case("Connection names the token header", put([TOKEN10, b"Connection: keep-alive, x-fencing-token",
+                                                   b"Content-Length: 0"]), 400, True),
+    Case("Connection: Content-Length", put([TOKEN10, b"Connection: Content-Length", b"Content-Length: 2"], b"ok"),
+         400, True),
+    Case("Connection: Transfer-Encoding", put([TOKEN10, b"Connection: Transfer-Encoding",
+                                               b"Transfer-Encoding: chunked"], CHUNKED_HELLO), 400, True),
+    # -- the token header: a malformed one is a 400, which closes --
+    Case("token sent twice", put([TOKEN10, TOKEN10, b"Content-Length: 0"]), 400, True),
+    Case("token '5, 6'", put([b"X-Fencing-Token: 5, 6", b"Content-Length: 0"]), 400, True),
+    Case("token '0x5'", put([b"X-Fencing-Token: 0x5", b"Content-Length: 0"]), 400, True),
+    Case("token '+10'", put([b"X-Fencing-Token: +10", b"Content-Length: 0"]), 400, True),
+    Case("token empty", put([b"X-Fencing-Token:", b"Content-Length: 0"]), 400, True),
+    Case("token 2^64", put([b"X-Fencing-Token: 18446744073709551616", b"Content-Length: 0"]), 400, True),
     Case("token in Arabic-Indic digits", put([b"X-Fencing-Token: \xd9\xa1\xd9\xa0", b"Content-Length: 0"]),
-         400, False),
+         400, True),
     Case("token missing", put([b"Content-Length: 0"]), 428, False),
     Case("token stale", put([TOKEN5, b"Content-Length: 0"]), 409, False, max_token="10"),
     Case("token ' 10 ' with surrounding whitespace",

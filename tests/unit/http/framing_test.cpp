@@ -90,5 +90,21 @@ INSTANTIATE_TEST_SUITE_P(
         FramingCase{"bare LF inside a value", 11, {{"X-A", "a\nb"}}, false},
         FramingCase{"NUL inside a value", 11, {{"X-A", std::string("a\0b", 3)}}, false}));
 
+// ---------------------------------------------------------------- ProtectedFieldNamedByConnection
+
+TEST(ProtectedFieldNamedByConnectionTest, FindsHostTheTokenAndTheFramingFieldsInAnyConnectionField) {
+  auto named = [](const Fields& fields) {
+    return std::string(ProtectedFieldNamedByConnection(Request(11, fields), "X-Lock-Token"));
+  };
+  EXPECT_EQ(named({{"Connection", "close"}}), "");
+  EXPECT_EQ(named({{"Connection", "keep-alive, X-Secret"}}), "");
+  EXPECT_EQ(named({{"Connection", "X-Fencing-Token"}}), "") << "only the configured token header counts";
+  EXPECT_EQ(named({{"X-Other", "Host"}}), "") << "only Connection names hop-by-hop fields";
+  EXPECT_EQ(named({{"Connection", "HOST"}}), "HOST");
+  EXPECT_EQ(named({{"Connection", "close, x-lock-token"}}), "x-lock-token");
+  EXPECT_EQ(named({{"Connection", "content-length"}}), "content-length");
+  EXPECT_EQ(named({{"Connection", "keep-alive"}, {"Connection", " Transfer-Encoding "}}), "Transfer-Encoding");
+}
+
 }  // namespace
 }  // namespace fencing

@@ -71,7 +71,8 @@ TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
                                                {"X-Multi", "a"},
                                                {"X-Multi", "b"},
                                                {"X-Fencing-Token", "7"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/orders/1?x=1", "127.0.0.1", "backend:8081", ""));
+  http::request_header<> up =
+      ParseRequestHead(UpstreamRequestHead(client, "/orders/1?x=1", "", "127.0.0.1", "backend:8081", ""));
 
   for (const char* gone : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
                            "Upgrade", "Expect", "X-Secret"}) {
@@ -90,7 +91,8 @@ TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
 
 TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
   http::request_header<> client = Request(11, {{"x-fencing-TOKEN", "7"}, {"X-Other", "1"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "10.0.0.1", "b", "X-Fencing-Token"));
+  http::request_header<> up =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "X-Fencing-Token"));
   EXPECT_TRUE(Values(up, "X-Fencing-Token").empty());
   EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
 }
@@ -101,7 +103,7 @@ TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossF
                                                {"X-SECRET", "1"},
                                                {"x-other", "2"},
                                                {"X-Kept", "3"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "10.0.0.1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", ""));
   EXPECT_TRUE(Values(up, "X-Secret").empty());
   EXPECT_TRUE(Values(up, "X-Other").empty());
   EXPECT_EQ(Values(up, "X-Kept"), std::vector<std::string>{"3"});
@@ -110,18 +112,32 @@ TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossF
 TEST(UpstreamRequestHeadTest, AppendsTheClientToAllForwardedForFieldsAsOne) {
   http::request_header<> client =
       Request(11, {{"X-Forwarded-For", "a"}, {"Accept", "*/*"}, {"x-forwarded-for", "b"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "127.0.0.1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "127.0.0.1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"a, b, 127.0.0.1"});
 }
 
 TEST(UpstreamRequestHeadTest, StartsForwardedForWhenAbsent) {
   http::request_header<> client = Request(11, {});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "::1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "::1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"::1"});
 }
 
+// An absolute-form target's authority is the Host the backend sees (RFC 9112 section 3.2.2).
+TEST(UpstreamRequestHeadTest, AGivenHostReplacesTheClientsHost) {
+  http::request_header<> client = Request(11, {{"Host", "client.example"}, {"Accept", "*/*"}, {"host", "again"}});
+  http::request_header<> up =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "other.example:81", "1.2.3.4", "b", ""));
+  EXPECT_EQ(Values(up, "Host"), std::vector<std::string>{"other.example:81"});
+  EXPECT_EQ(Values(up, "Accept"), std::vector<std::string>{"*/*"});
+
+  http::request_header<> old =
+      ParseRequestHead(UpstreamRequestHead(Request(10, {}), "/o", "[::1]", "1.2.3.4", "b", ""));
+  EXPECT_EQ(Values(old, "Host"), std::vector<std::string>{"[::1]"}) << "and stands in for a missing one";
+}
+
 TEST(UpstreamRequestHeadTest, SetsHostToTheBackendOnlyWhenAbsent) {
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(Request(10, {}), "/o", "1.2.3.4", "backend:8081", ""));
+  http::request_header<> up =
+      ParseRequestHead(UpstreamRequestHead(Request(10, {}), "/o", "", "1.2.3.4", "backend:8081", ""));
   EXPECT_EQ(Values(up, "Host"), std::vector<std::string>{"backend:8081"});
   EXPECT_EQ(up.version(), 11u) << "the upstream hop is always HTTP/1.1";
 }
@@ -129,13 +145,13 @@ TEST(UpstreamRequestHeadTest, SetsHostToTheBackendOnlyWhenAbsent) {
 TEST(UpstreamRequestHeadTest, CopiesAnExtensionMethod) {
   http::request_header<> client = Request(11, {});
   client.method_string("PURGE");
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "1.2.3.4", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(up.method_string(), "PURGE");
 }
 
 TEST(UpstreamRequestHeadTest, ChunkedBodyStaysChunked) {
-  http::request_header<> up =
-      ParseRequestHead(UpstreamRequestHead(Request(11, {{"Transfer-Encoding", "chunked"}}), "/o", "1.2.3.4", "b", ""));
+  http::request_header<> client = Request(11, {{"Transfer-Encoding", "chunked"}});
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(up, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
   EXPECT_TRUE(Values(up, "Content-Length").empty());
 }

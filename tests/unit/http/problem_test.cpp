@@ -52,6 +52,7 @@ TEST(ProblemCatalogueTest, EveryTypeHasItsOwnSlugATitleAndAnErrorStatus) {
 TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
   const std::pair<ProblemType, std::pair<std::string_view, int>> expected[] = {
       {ProblemType::kAmbiguousFraming, {"ambiguous-framing", 400}},
+      {ProblemType::kBadConnectionHeader, {"bad-connection-header", 400}},
       {ProblemType::kBadHost, {"bad-host", 400}},
       {ProblemType::kAmbiguousPath, {"ambiguous-path", 400}},
       {ProblemType::kMalformedToken, {"malformed-token", 400}},

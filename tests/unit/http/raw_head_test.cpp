@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "http/raw_head.h"
@@ -28,6 +29,15 @@ void PrintTo(const FindCase& c, std::ostream* os) { *os << c.what; }
 
 class FindHeadEndTest : public testing::TestWithParam<FindCase> {};
 
+// Progress covers what was searched: all of it, but a last CR whose next byte is still to come.
+void ExpectProgress(const std::string& data, size_t scanned, const char* what) {
+  if (!data.empty() && data.back() == '\r') {
+    EXPECT_EQ(scanned, data.size() - 1) << what << ": a last CR is looked at again with the next byte";
+  } else {
+    EXPECT_EQ(scanned, data.size()) << what;
+  }
+}
+
 TEST_P(FindHeadEndTest, MeasuresTheHeadAsBytesArrive) {
   const FindCase& c = GetParam();
   std::string data;
@@ -38,13 +48,11 @@ TEST_P(FindHeadEndTest, MeasuresTheHeadAsBytesArrive) {
     found = FindHeadEnd(data, &scanned);
     if (i + 1 < c.parts.size()) {
       ASSERT_EQ(found, 0u) << c.what << ": the head cannot end within part " << i;
-      EXPECT_EQ(scanned, data.size()) << c.what << ": progress covers what was searched";
+      ExpectProgress(data, scanned, c.what);
     }
   }
   EXPECT_EQ(found, c.end) << c.what;
-  if (found == 0) {
-    EXPECT_EQ(scanned, data.size()) << c.what;
-  }
+  if (found == 0) ExpectProgress(data, scanned, c.what);
 }
 
 TEST_P(FindHeadEndTest, ByteByByteFindsTheSameEnd) {
@@ -77,10 +85,19 @@ INSTANTIATE_TEST_SUITE_P(
         FindCase{"no end yet", {"GET / HTTP/1.1\r\nHost: a\r\n"}, 0},
         FindCase{"empty input", {""}, 0},
         FindCase{"a lone CRLF", {"\r\n"}, 0},
-        FindCase{"CR CR is no end", {"GET / HTTP/1.1\r\r"}, 0},
         FindCase{"CRLF CR without the last LF", {"GET / HTTP/1.1\r\nHost: a\r\n\r"}, 0},
-        FindCase{"bare LF LF ends a head (so it can be refused)", {"GET / HTTP/1.1\nHost: a\n\n"}, 24},
-        FindCase{"LF CRLF ends a head", {"GET / HTTP/1.1\nHost: a\n\r\n"}, 25},
+        FindCase{"a last CR waits for the next byte", {"GET / HTTP/1.1\r"}, 0},
+        // A bare CR or LF ends the head at once (just after the byte that shows it), so that
+        // CheckRawHead refuses it now rather than the header_read timeout later.
+        FindCase{"bare CR: CR CR", {"GET / HTTP/1.1\r\r"}, 16},
+        FindCase{"bare CR inside the request line", {"GET / HTTP/1.1\rHost: a\r\r"}, 16},
+        FindCase{"bare CR in a value", {"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n"}, 22},
+        FindCase{"bare CR, its next byte later", {"GET / HTTP/1.1\r", "H"}, 16},
+        FindCase{"bare CR, byte by byte", {"GET / HTTP/1.1\r\nX: a", "\r", "b"}, 22},
+        FindCase{"bare LF ends a head at once", {"GET / HTTP/1.1\nHost: a\n\n"}, 15},
+        FindCase{"bare LF in the middle", {"GET / HTTP/1.1\r\nHost: a\nX: b\r\n"}, 24},
+        FindCase{"LF as the very first byte", {"\nGET / HTTP/1.1\r\n\r\n"}, 1},
+        FindCase{"LF CRLF ends a head at its bare LF", {"GET / HTTP/1.1\nHost: a\n\r\n"}, 15},
         FindCase{"CRLF LF ends a head", {"GET / HTTP/1.1\r\nHost: a\r\n\n"}, 26},
         FindCase{"leading CRLF CRLF", {"\r\n\r\nGET / HTTP/1.1\r\n\r\n"}, 4},
         FindCase{"incremental: split inside the request line", {"GET /ord", "ers/1 HTTP/1.1\r\nHost: a\r\n\r\n"},
@@ -91,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {"GET /orders/1 HTTP/1.1\r\nHost: a\r\n\r", "\n"}, kGet.size()},
         FindCase{"incremental: split between CR and LF of the first empty-line half",
                  {"GET /orders/1 HTTP/1.1\r\nHost: a\r", "\n\r\n"}, kGet.size()},
-        FindCase{"incremental: bare LF LF split", {"GET / HTTP/1.1\n", "\n"}, 16},
+        FindCase{"incremental: bare LF after a split", {"GET / HTTP/1.1", "\n"}, 15},
         FindCase{"incremental: many parts, body in the last",
                  {"G", "ET / HTTP/1.1\r", "\n", "X: y\r\n", "\r", "\nbody"}, 24}));
 
@@ -99,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct RawCase {
   const char* what;
-  std::string head;  // as FindHeadEnd would measure it
+  std::string head;  // a whole head; FindHeadEnd cuts it short at a bare CR or LF
   bool ok;
 };
 
@@ -110,8 +127,13 @@ class CheckRawHeadTest : public testing::TestWithParam<RawCase> {};
 TEST_P(CheckRawHeadTest, RefusesHeadsTwoParsersCouldReadDifferently) {
   const RawCase& c = GetParam();
   size_t scanned = 0;
-  ASSERT_EQ(FindHeadEnd(c.head, &scanned), c.head.size()) << c.what << ": the table's head is a whole head";
-  RawHeadCheck check = CheckRawHead(c.head);
+  const size_t end = FindHeadEnd(c.head, &scanned);
+  ASSERT_NE(end, 0u) << c.what << ": FindHeadEnd sees the head end (or a bare CR or LF) without more bytes";
+  if (c.ok) {
+    ASSERT_EQ(end, c.head.size()) << c.what << ": the table's head is a whole head";
+  }
+  // As Session::ReadHead does: exactly what FindHeadEnd measured.
+  RawHeadCheck check = CheckRawHead(std::string_view(c.head).substr(0, end));
   EXPECT_EQ(check.ok, c.ok) << c.what << ": " << check.reason;
   if (check.ok) {
     EXPECT_STREQ(check.reason, "") << c.what;
@@ -143,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(
         RawCase{"a colon inside the value", Head("Host: a:8080\r\n"), true},
         RawCase{"query and percent escapes in the target", Line("GET /orders/%41?x=1&y=%2F HTTP/1.1"), true},
         RawCase{"absolute-form target", Line("PUT http://h/orders/1 HTTP/1.1"), true},
-        RawCase{"HTTP/1.0", Line("GET / HTTP/1.0"), true}));
+        RawCase{"HTTP/1.0", Line("GET / HTTP/1.0"), true},
+        RawCase{"an extension method of token characters", Line("M-SEARCH! / HTTP/1.1"), true}));
 
 INSTANTIATE_TEST_SUITE_P(
     Refuses, CheckRawHeadTest,
@@ -197,7 +220,35 @@ INSTANTIATE_TEST_SUITE_P(
         RawCase{"control byte in the target", Line("GET /a\x01 HTTP/1.1"), false},
         RawCase{"DEL in the target", Line("GET /a\x7f HTTP/1.1"), false},
         RawCase{"NUL in the target", Line(WithByte("GET /orders", '\0', "/../admin HTTP/1.1")), false},
-        RawCase{"vertical tab in the target", Line("GET /a\vb HTTP/1.1"), false}));
+        RawCase{"vertical tab in the target", Line("GET /a\vb HTTP/1.1"), false},
+        // The method is an RFC 9110 token.
+        RawCase{"a separator in the method", Line("G(T / HTTP/1.1"), false},
+        RawCase{"a slash in the method", Line("GET/ / HTTP/1.1"), false},
+        RawCase{"a quote in the method", Line("\"GET\" / HTTP/1.1"), false}));
+
+// A bare CR or LF is refused as soon as its bytes are in, never by the header_read timeout: the
+// head FindHeadEnd cuts short there is refused, and says why.
+TEST(CheckRawHeadTest, RefusesABareCrOrLfWhereFindHeadEndStops) {
+  const std::pair<std::string, const char*> cases[] = {
+      {"GET / HTTP/1.1\rHost: a\r\r", "bare CR"},
+      {"GET / HTTP/1.1\r\r", "bare CR"},
+      {"GET / HTTP/1.1\r\nX-A: a\rContent-Length: 5\r\n", "bare CR"},
+      {"GET / HTTP/1.1\r\nX-A: a\r\r\n", "bare CR"},
+      {"GET / HTTP/1.1\r\nX\r-A: b", "bare CR"},
+      {"GET / HTTP/1.1\nHost: a", "bare LF"},
+      {"GET / HTTP/1.1\r\nHost: a\nX: b", "bare LF"},
+      {"\nGET / HTTP/1.1", "bare LF"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    size_t scanned = 0;
+    const size_t end = FindHeadEnd(bytes, &scanned);
+    ASSERT_NE(end, 0u) << bytes << ": FindHeadEnd must not wait for more bytes";
+    ASSERT_LE(end, bytes.size());
+    RawHeadCheck check = CheckRawHead(std::string_view(bytes).substr(0, end));
+    EXPECT_FALSE(check.ok) << bytes;
+    EXPECT_NE(std::string_view(check.reason).find(why), std::string_view::npos) << bytes << ": " << check.reason;
+  }
+}
 
 TEST(CheckRawHeadTest, RefusesBytesAfterTheEmptyLineAndHeadsWithoutOne) {
   EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\n\r\nX").ok);

@@ -86,8 +86,10 @@ const char* VariantName(Variant v) {
 // at max_token 10 and every other fence at 0.
 class Env {
  public:
-  explicit Env(Variant variant) {
+  // extra: more top-level keys for the route file.
+  explicit Env(Variant variant, std::string_view extra = "") {
     std::string text = "backend: http://127.0.0.1:8081\nstate_file: fences.log\n";
+    text += extra;
     text += variant == Variant::kPass ? "unmatched: pass\n" : "unmatched: reject\n";
     text += kRoutes;
     if (variant == Variant::kRoot) text += "  - name: root\n    prefix: /\n";
@@ -167,6 +169,7 @@ struct PlanCase {
   uint64_t token = 0;          // kFence
   const char* origin = nullptr;  // the upstream target; nullptr: not checked (rejections)
   bool drop_token = false;     // drop_header names the token header
+  const char* host = "";       // the Host to forward instead of the client's; "": keep the client's
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.what << " [" << VariantName(c.variant) << "]"; }
@@ -191,6 +194,10 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   if (c.action == Action::kReject) {
     EXPECT_EQ(static_cast<int>(plan.problem.status), c.status) << c.what << ": status";
     EXPECT_EQ(plan.close, c.close) << c.what << ": close";
+    // After a malformed message the next request's boundary is unknown.
+    if (plan.problem.status == http::status::bad_request) {
+      EXPECT_TRUE(plan.close) << c.what << ": every 400 closes the connection";
+    }
     EXPECT_FALSE(plan.problem.type.empty()) << c.what;
     EXPECT_FALSE(plan.problem.title.empty()) << c.what;
     EXPECT_FALSE(plan.problem.detail.empty()) << c.what;
@@ -207,6 +214,9 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   }
   if (c.origin) {
     EXPECT_EQ(plan.origin_target, c.origin) << c.what << ": origin_target";
+  }
+  if (c.action != Action::kReject) {
+    EXPECT_EQ(plan.host, c.host) << c.what << ": host";
   }
   EXPECT_EQ(plan.drop_header, c.drop_token ? std::string_view("X-Fencing-Token") : std::string_view())
       << c.what << ": drop_header";
@@ -233,7 +243,7 @@ PlanCase Framing(const char* what, Fields fields, unsigned version = 11) {
 // A path that could reach the backend as another route: 400, counted as rejected_path.
 PlanCase BadPath(const char* what, std::string target, Variant variant = Variant::kPass) {
   return PlanCase{.what = what, .target = std::move(target), .fields = Token("5"), .variant = variant,
-                  .outcome = Outcome::kRejectedPath, .status = 400};
+                  .outcome = Outcome::kRejectedPath, .status = 400, .close = true};
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -284,11 +294,84 @@ INSTANTIATE_TEST_SUITE_P(
                  .status = 400, .close = true},
         PlanCase{.what = "an empty Upgrade header", .method = "GET", .fields = {{"Upgrade", ""}}, .status = 400, .close = true}));
 
-// RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host.
+// A client must not strip what the decision or the backend's framing rests on by naming it in
+// Connection (the proxy drops the fields Connection names): 400, and the connection closes.
+PlanCase BadConnection(const char* what, Fields fields, std::string method = "PUT") {
+  return PlanCase{.what = what, .method = std::move(method), .fields = With(kToken10, fields),
+                  .outcome = Outcome::kRejectedRequest, .status = 400, .close = true};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Connection, PlanRequestTest,
+    testing::Values(
+        BadConnection("Connection: Host", {{"Connection", "Host"}}),
+        BadConnection("Connection: host, on an unfenced GET", {{"Connection", "host"}}, "GET"),
+        BadConnection("Connection names the token header", {{"Connection", "X-Fencing-Token"}}),
+        BadConnection("Connection names the token header in another case", {{"Connection", "x-FENCING-token"}}),
+        BadConnection("Connection: Content-Length", {{"Connection", "Content-Length"}, {"Content-Length", "0"}}),
+        BadConnection("Connection: Transfer-Encoding",
+                      {{"Connection", "Transfer-Encoding"}, {"Transfer-Encoding", "chunked"}}),
+        BadConnection("in a list", {{"Connection", "keep-alive, Host"}}),
+        BadConnection("in a list with odd spacing", {{"Connection", "close ,\tx-fencing-token ,"}}),
+        BadConnection("in a second Connection field", {{"Connection", "keep-alive"}, {"Connection", "Host"}}),
+        // Naming other fields is what Connection is for.
+        PlanCase{.what = "Connection: close", .fields = With(kToken10, {{"Connection", "close"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1"},
+        PlanCase{.what = "Connection names an end-to-end field", .fields = With(kToken10, {{"Connection", "X-Secret"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10},
+        PlanCase{.what = "Connection names a field like the token's", .fields = With(kToken10, {{"Connection", "X-Fencing-Tokens, Hosts"}}),
+                 .action = Action::kFence, .route = "orders", .token = 10}));
+
+TEST(PlanRequestConnectionTest, TheConfiguredTokenHeaderIsTheProtectedOne) {
+  Env env(Variant::kPass, "token_header: X-Lock-Token\n");
+  ASSERT_TRUE(env.ok());
+  RequestPlan plan =
+      PlanRequest(Head("PUT", "/orders/1", {{"X-Lock-Token", "10"}, {"Connection", "x-lock-token"}}), env.runtime());
+  EXPECT_EQ(plan.action, Action::kReject);
+  EXPECT_EQ(plan.problem.type, "bad-connection-header");
+  EXPECT_TRUE(plan.close);
+  plan = PlanRequest(Head("PUT", "/orders/1", {{"X-Lock-Token", "10"}, {"Connection", "X-Fencing-Token"}}),
+                     env.runtime());
+  EXPECT_EQ(plan.action, Action::kFence) << "the default name is no token header here";
+}
+
+// RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host, or one that is
+// not a valid host[:port] (RFC 3986). An absolute-form target's authority is the Host forwarded.
+PlanCase BadHost(const char* what, Fields fields, std::string target = "/orders/1", unsigned version = 11) {
+  return PlanCase{.what = what, .target = std::move(target), .fields = With(kToken10, fields), .version = version,
+                  .outcome = Outcome::kRejectedRequest, .status = 400, .close = true};
+}
+
+PlanCase GoodHost(const char* what, Fields fields, std::string target = "/orders/1", const char* host = "",
+                  unsigned version = 11) {
+  return PlanCase{.what = what, .target = std::move(target), .fields = With(kToken10, fields), .version = version,
+                  .action = Action::kFence, .route = "orders", .token = 10, .host = host};
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Host, PlanRequestTest,
     testing::Values(
-        PlanCase{.what = "two Host headers", .fields = With(kToken10, {{"Host", "a"}, {"Host", "b"}}), .status = 400}));
+        BadHost("two Host headers", {{"Host", "a"}, {"Host", "b"}}),
+        BadHost("two Host headers on HTTP/1.0", {{"Host", "a"}, {"Host", "a"}}, "/orders/1", 10),
+        BadHost("a space in Host", {{"Host", "a b"}}),
+        BadHost("a slash in Host", {{"Host", "a/b"}}),
+        BadHost("userinfo in Host", {{"Host", "a@b"}}),
+        BadHost("an empty Host on HTTP/1.1", {{"Host", ""}}),
+        BadHost("a port without digits", {{"Host", "h:"}}),
+        BadHost("a port that is no port", {{"Host", "h:99999"}}),
+        BadHost("an unclosed IPv6 literal", {{"Host", "[::1"}}),
+        BadHost("a query in Host", {{"Host", "h?x"}}),
+        BadHost("absolute-form with userinfo", {}, "http://user@h/orders/1"),
+        BadHost("absolute-form with an empty authority", {}, "http:///orders/1"),
+        BadHost("absolute-form with a bad port", {}, "http://h:x/orders/1"),
+        GoodHost("a name and a port", {{"Host", "orders.example:8080"}}),
+        GoodHost("an IPv6 literal", {{"Host", "[::1]:8080"}}),
+        GoodHost("an IPv4 address", {{"Host", "10.0.0.1"}}),
+        GoodHost("HTTP/1.0 without Host", {}, "/orders/1", "", 10),
+        GoodHost("absolute-form: its authority is the Host forwarded", {{"Host", "proxy.example"}},
+                 "http://other.example/orders/1", "other.example"),
+        GoodHost("absolute-form with a port and an IPv6 literal", {}, "http://[::1]:81/orders/1", "[::1]:81"),
+        GoodHost("absolute-form on HTTP/1.0 without Host", {}, "http://h/orders/1", "h", 10)));
 
 // "put" is not PUT to HTTP, but a backend that upper-cases methods would apply it as one.
 INSTANTIATE_TEST_SUITE_P(
@@ -308,6 +391,7 @@ TEST(PlanRequestHostTest, Http11WithoutHostIsRefusedHttp10IsNot) {
   RequestPlan plan = PlanRequest(head, env.runtime());
   EXPECT_EQ(plan.action, Action::kReject);
   EXPECT_EQ(plan.problem.status, http::status::bad_request);
+  EXPECT_TRUE(plan.close) << "every 400 closes the connection";
   head.version(10);
   plan = PlanRequest(head, env.runtime());
   EXPECT_EQ(plan.action, Action::kForward) << "HTTP/1.0 may omit Host";
@@ -340,6 +424,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadPath("absolute-form with a query and no path", "http://h?x=1"),
         BadPath("absolute-form with dot-dot", "http://h/x/../orders"),
         BadPath("another scheme", "ftp://h/orders"),
+        BadPath("a target that is no path at all (GET ! HTTP/1.1)", "!"),
         // Servlet containers (Tomcat, Jetty, Spring) drop ";params" from every segment before
         // routing: these reach them as "/orders/1" or "//orders".
         BadPath("a path parameter on the fenced segment", "/orders;x/1"),
@@ -379,11 +464,12 @@ INSTANTIATE_TEST_SUITE_P(
                  .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders/1?a=b&c=%2F"},
         PlanCase{.what = "absolute-form is routed by its path", .target = "http://h/orders/1?x=1",
                  .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
-                 .origin = "/orders/1?x=1"},
+                 .origin = "/orders/1?x=1", .host = "h"},
         PlanCase{.what = "absolute-form, upper-case scheme and a port", .target = "HTTPS://H:8443/orders",
-                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders"},
+                 .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10, .origin = "/orders",
+                 .host = "H:8443"},
         PlanCase{.what = "absolute-form, an unmatched path", .method = "GET", .target = "http://h/other",
-                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other"},
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/other", .host = "h"},
         PlanCase{.what = "a path parameter that changes no route", .target = "/orders/1;jsessionid=A?q",
                  .fields = kToken10, .action = Action::kFence, .route = "orders", .token = 10,
                  .origin = "/orders/1;jsessionid=A?q"},
@@ -393,10 +479,10 @@ INSTANTIATE_TEST_SUITE_P(
                  .fields = Token("5"), .action = Action::kForward, .outcome = Outcome::kUnmatched,
                  .origin = "/other?a=/orders;x"},
         PlanCase{.what = "absolute-form without a path is '/'", .method = "GET", .target = "http://h",
-                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/"},
+                 .action = Action::kForward, .outcome = Outcome::kUnmatched, .origin = "/", .host = "h"},
         PlanCase{.what = "absolute-form without a path reaches the root route", .target = "http://h:80",
                  .fields = Token("2"), .variant = Variant::kRoot, .action = Action::kFence, .route = "root",
-                 .token = 2, .origin = "/"}));
+                 .token = 2, .origin = "/", .host = "h:80"}));
 
 INSTANTIATE_TEST_SUITE_P(
     Tokens, PlanRequestTest,
@@ -410,33 +496,33 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{.what = "another header is not the token", .fields = {{"X-Fencing-Tokens", "5"}},
                  .outcome = Outcome::kRejectedMissing, .status = 428, .route = "orders"},
         PlanCase{.what = "malformed: letters", .fields = Token("abc"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: empty", .fields = Token(""), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: a list", .fields = Token("5, 6"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: hex", .fields = Token("0x5"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: a sign", .fields = Token("+5"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: inner space", .fields = Token("5 1"), .outcome = Outcome::kRejectedMalformed,
-                 .status = 400, .route = "orders"},
+                 .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: 2^64", .fields = Token("18446744073709551616"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed: Arabic-Indic digits", .fields = Token("\xd9\xa1\xd9\xa0"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "malformed, allow still refuses", .target = "/open/1", .fields = Token("x"),
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "open"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "open"},
         PlanCase{.what = "malformed, observe", .target = "/notes/1", .fields = Token("x"),
                  .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes",
                  .origin = "/notes/1"},
         PlanCase{.what = "the token twice, equal", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "5"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, names in different case",
                  .fields = {{"X-Fencing-Token", "5"}, {"x-fencing-token", "6"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, one empty", .fields = {{"X-Fencing-Token", ""}, {"X-Fencing-Token", "5"}},
-                 .outcome = Outcome::kRejectedMalformed, .status = 400, .route = "orders"},
+                 .outcome = Outcome::kRejectedMalformed, .status = 400, .close = true, .route = "orders"},
         PlanCase{.what = "the token twice, observe",
                  .target = "/notes/1", .fields = {{"X-Fencing-Token", "5"}, {"X-Fencing-Token", "6"}},
                  .action = Action::kForward, .outcome = Outcome::kObservedMalformed, .route = "notes"},

@@ -1,0 +1,39 @@
+#include "http/rules.h"
+
+#include "http/ascii.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace fencing {
+
+bool IsDecimalDigits(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), IsAsciiDigit);
+}
+
+bool ParseDecimalU64(std::string_view text, uint64_t* out) {
+  if (!IsDecimalDigits(text)) return false;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  uint64_t value = 0;
+  for (char c : text) {
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (kMax - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *out = value;
+  return true;
+}
+
+bool IsToken(std::string_view text) { return !text.empty() && std::all_of(text.begin(), text.end(), IsTokenChar); }
+
+std::string_view TrimOws(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+bool IsValidName(std::string_view name) {
+  return !name.empty() && name.size() <= kMaxNameLength && std::all_of(name.begin(), name.end(), IsNameChar);
+}
+
+}  // namespace fencing

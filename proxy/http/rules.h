@@ -1,0 +1,44 @@
+#pragma once
+// Small rules that the route file, the state file, the command line, the fences and the request
+// path all apply, each written once here so that they cannot drift apart.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace fencing {
+
+// ---- decimal numbers (token header, Content-Length, config values, `state set` arguments)
+
+// Digits in 2^64-1, the largest uint64_t.
+inline constexpr size_t kMaxU64Digits = 20;
+
+// Non-empty and nothing but ASCII digits: no sign, no whitespace, no other Unicode digits.
+bool IsDecimalDigits(std::string_view text);
+
+// All of text as a decimal number, at most 2^64-1. False (and *out untouched) on anything else;
+// leading zeros are allowed.
+bool ParseDecimalU64(std::string_view text, uint64_t* out);
+
+// ---- RFC 9110 syntax
+
+// tchar: the characters of a method or a field name.
+constexpr bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+// One or more tchar.
+bool IsToken(std::string_view text);
+
+// Optional whitespace (SP, HTAB) around a field value removed.
+std::string_view TrimOws(std::string_view text);
+
+// ---- route and fence names: [a-z0-9_-]{1,kMaxNameLength}. A fence name is written into the
+// state file, whose record size bounds it.
+
+inline constexpr size_t kMaxNameLength = 64;
+
+constexpr bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
+bool IsValidName(std::string_view name);
+
+}  // namespace fencing

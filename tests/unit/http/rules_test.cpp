@@ -1,0 +1,113 @@
+// The small shared rules (http/rules.h, http/ascii.h, http/fields.h) that the route file, the
+// state file, `state set`, the fences and the request path all apply: decimal numbers, RFC 9110
+// tokens, route and fence names, ASCII case, the hop-by-hop list.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/ascii.h"
+#include "http/fields.h"
+#include "http/rules.h"
+
+namespace fencing {
+namespace {
+
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+
+std::optional<uint64_t> Decimal(std::string_view text) {
+  uint64_t value = 12345;  // untouched on failure
+  if (!ParseDecimalU64(text, &value)) {
+    EXPECT_EQ(value, 12345u) << "'" << text << "': a failed parse must not write its output";
+    return std::nullopt;
+  }
+  return value;
+}
+
+TEST(DecimalTest, ParsesAllOfTheTextUpTo2To64Minus1) {
+  EXPECT_EQ(Decimal("0"), 0u);
+  EXPECT_EQ(Decimal("7"), 7u);
+  EXPECT_EQ(Decimal("007"), 7u) << "leading zeros are allowed";
+  EXPECT_EQ(Decimal("18446744073709551615"), kU64Max);
+  EXPECT_EQ(Decimal("000000000000000000000018446744073709551615"), kU64Max) << "length alone is no limit";
+  const std::string_view bad_inputs[] = {"", "18446744073709551616", "99999999999999999999", "184467440737095516150",
+                                         "-1", "+1", " 1", "1 ", "1,000", "0x10", "1e3", "1.5", "\xd9\xa1",
+                                         std::string_view("1\0", 2)};
+  for (std::string_view bad : bad_inputs) {
+    EXPECT_EQ(Decimal(bad), std::nullopt) << "'" << bad << "'";
+  }
+}
+
+TEST(DecimalTest, IsDecimalDigitsIsTheCharacterRuleAlone) {
+  EXPECT_TRUE(IsDecimalDigits("0123456789"));
+  EXPECT_TRUE(IsDecimalDigits("99999999999999999999999")) << "no range check here";
+  EXPECT_FALSE(IsDecimalDigits(""));
+  EXPECT_FALSE(IsDecimalDigits("12a"));
+  EXPECT_FALSE(IsDecimalDigits(" 12"));
+  EXPECT_EQ(kMaxU64Digits, std::to_string(kU64Max).size());
+}
+
+TEST(TokenCharsTest, RFC9110Tchar) {
+  for (char c : std::string_view("!#$%&'*+-.^_`|~09azAZ")) EXPECT_TRUE(IsTokenChar(c)) << c;
+  for (char c : std::string_view("\"(),/:;<=>?@[\\]{} \t\x7f\x01")) EXPECT_FALSE(IsTokenChar(c)) << int(c);
+  EXPECT_FALSE(IsTokenChar('\0'));
+  EXPECT_FALSE(IsTokenChar(static_cast<char>(0xc3)));
+  EXPECT_TRUE(IsToken("X-Fencing-Token"));
+  EXPECT_TRUE(IsToken("M-SEARCH"));
+  EXPECT_FALSE(IsToken(""));
+  EXPECT_FALSE(IsToken("X Token"));
+  EXPECT_FALSE(IsToken("X-Token:"));
+}
+
+TEST(TrimOwsTest, RemovesSpacesAndTabsAtBothEndsOnly) {
+  EXPECT_EQ(TrimOws(" \t7 \t"), "7");
+  EXPECT_EQ(TrimOws("5 1"), "5 1");
+  EXPECT_EQ(TrimOws(" \t "), "");
+  EXPECT_EQ(TrimOws("\v7"), "\v7") << "only SP and HTAB are OWS";
+}
+
+TEST(NameTest, LowerCaseDigitsUnderscoreAndDashUpTo64) {
+  EXPECT_TRUE(IsValidName("orders"));
+  EXPECT_TRUE(IsValidName("a-b_c-09"));
+  EXPECT_TRUE(IsValidName(std::string(kMaxNameLength, 'a')));
+  EXPECT_EQ(kMaxNameLength, 64u);
+  for (std::string bad : {std::string(), std::string(kMaxNameLength + 1, 'a'), std::string("Orders"),
+                          std::string("a b"), std::string("a/b"), std::string("a.b"), std::string("(none)"),
+                          std::string("a\0b", 3), std::string("caf\xc3\xa9")}) {
+    EXPECT_FALSE(IsValidName(bad)) << "'" << bad << "'";
+  }
+}
+
+TEST(AsciiTest, CaseFoldingTouchesAToZOnly) {
+  EXPECT_TRUE(EqualsIgnoreCase("X-Fencing-TOKEN", "x-fencing-token"));
+  EXPECT_TRUE(EqualsIgnoreCase("put", "PUT"));
+  EXPECT_FALSE(EqualsIgnoreCase("PUT", "PUTS"));
+  EXPECT_FALSE(EqualsIgnoreCase("a", "b"));
+  EXPECT_FALSE(EqualsIgnoreCase("[", "{")) << "'[' is not the upper case of '{'";
+  EXPECT_FALSE(EqualsIgnoreCase("\xc3\xa9", "\xc3\x89")) << "no Unicode folding";
+  EXPECT_EQ(ToAsciiLower("/Orders/ABC-\xc3\x89"), "/orders/abc-\xc3\x89");
+  EXPECT_EQ(AsciiUpper('a'), 'A');
+  EXPECT_EQ(AsciiUpper('{'), '{');
+  EXPECT_TRUE(StartsWithIgnoreCase("HTTP://h/x", "http://"));
+  EXPECT_FALSE(StartsWithIgnoreCase("http:/", "http://"));
+  EXPECT_TRUE(IsAsciiDigit('0') && IsAsciiDigit('9') && !IsAsciiDigit('a') && !IsAsciiDigit('/'));
+}
+
+TEST(HopByHopTest, TheRFC9110ListByEnumAndByName) {
+  for (std::string_view name : {"Connection", "keep-alive", "PROXY-CONNECTION", "TE", "Trailer", "Transfer-Encoding",
+                                "upgrade"}) {
+    EXPECT_TRUE(IsHopByHopName(name)) << name;
+  }
+  for (std::string_view name : {"Host", "Content-Length", "X-Fencing-Token", "Trailers", "X-Connection", ""}) {
+    EXPECT_FALSE(IsHopByHopName(name)) << name;
+  }
+  EXPECT_TRUE(IsHopByHop(boost::beast::http::field::te));
+  EXPECT_FALSE(IsHopByHop(boost::beast::http::field::unknown));
+}
+
+}  // namespace
+}  // namespace fencing
