@@ -20,6 +20,10 @@ struct HostPort {
 enum class MissingToken { kReject, kAllow };
 enum class FenceMode { kEnforce, kObserve };
 enum class Unmatched { kPass, kReject };
+// Request header fields whose names contain '_': WSGI, CGI and PHP backends read X_Fencing_Token
+// and X-Fencing-Token as the same variable (HTTP_X_FENCING_TOKEN), so such a field can stand in
+// for one the proxy checked.
+enum class HeadersWithUnderscores { kDrop, kReject, kAllow };
 
 struct RouteConfig {
   std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)
@@ -63,6 +67,7 @@ struct ProxyConfig {
   unsigned threads = 0;      // 0 = one per core (resolved by the server, not here)
   Unmatched unmatched = Unmatched::kPass;
   bool access_log = true;    // one JSON line per request on stderr
+  HeadersWithUnderscores headers_with_underscores = HeadersWithUnderscores::kDrop;
   Timeouts timeouts;
   Limits limits;
   std::vector<RouteConfig> routes;

@@ -27,9 +27,9 @@ using namespace config_internal;
 
 constexpr size_t kMaxFileBytes = 16 * 1024 * 1024;  // a route file is kilobytes; stop on mistakes
 
-constexpr std::string_view kTopKeys[] = {"listen",    "admin_listen", "backend",  "state_file",
+constexpr std::string_view kTopKeys[] = {"listen",     "admin_listen", "backend",   "state_file",
                                          "token_header", "threads",   "unmatched", "timeouts",
-                                         "limits",    "routes",       "access_log"};
+                                         "limits",     "routes",       "access_log", "headers_with_underscores"};
 constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
 constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections"};
 constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
@@ -369,6 +369,11 @@ class Loader {
       } else if (k == "token_header") {
         auto check = [](std::string_view text, std::string* out) -> std::string {
           std::string problem = CheckHeaderName(text);
+          // A backend that reads headers as CGI variables could not tell it from the same name
+          // with '-', and headers_with_underscores: drop would drop it.
+          if (problem.empty() && text.find('_') != std::string_view::npos) {
+            problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
+          }
           if (problem.empty()) *out = std::string(text);
           return problem;
         };
@@ -386,6 +391,12 @@ class Loader {
         if (std::optional<bool> b = Bool(e, k)) config->access_log = *b;
       } else if (k == "unmatched") {
         Choice(e, k, {{"pass", Unmatched::kPass}, {"reject", Unmatched::kReject}}, &config->unmatched);
+      } else if (k == "headers_with_underscores") {
+        Choice(e, k,
+               {{"drop", HeadersWithUnderscores::kDrop},
+                {"reject", HeadersWithUnderscores::kReject},
+                {"allow", HeadersWithUnderscores::kAllow}},
+               &config->headers_with_underscores);
       } else if (k == "timeouts") {
         if (Mapping(e, k)) ValidateTimeouts(e.value, &config->timeouts);
       } else if (k == "limits") {

@@ -463,7 +463,8 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, RequestParser& pars
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
   const std::string upstream_head = UpstreamRequestHead(req.base(), origin_target, host, client_ip_,
-                                                        worker_.shared().backend_host, drop_header);
+                                                        worker_.shared().backend_host, drop_header,
+                                                        config.headers_with_underscores == HeadersWithUnderscores::kDrop);
   const bool chunked_request = !parser.content_length() && parser.chunked();
 
   RelayBuffers::Lease relay_buffer = worker_.relay_buffers().Take();

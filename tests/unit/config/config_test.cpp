@@ -57,6 +57,7 @@ TEST(ConfigTest, MinimalFileGetsEveryDefault) {
   EXPECT_EQ(c.threads, 0u);
   EXPECT_EQ(c.unmatched, Unmatched::kPass);
   EXPECT_TRUE(c.access_log);
+  EXPECT_EQ(c.headers_with_underscores, HeadersWithUnderscores::kDrop);
   EXPECT_EQ(c.timeouts.connect, milliseconds(2000));
   EXPECT_EQ(c.timeouts.request, milliseconds(30000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(60000));
@@ -78,6 +79,7 @@ token_header: X-Lock-Token
 threads: 256
 unmatched: reject
 access_log: false
+headers_with_underscores: reject
 timeouts: { connect: 250ms, request: 1m, idle: 1h, header_read: 3s, shutdown: 24h }
 limits:
   max_header_bytes: 1KiB
@@ -115,6 +117,7 @@ routes:
   EXPECT_EQ(c.threads, 256u);
   EXPECT_EQ(c.unmatched, Unmatched::kReject);
   EXPECT_FALSE(c.access_log);
+  EXPECT_EQ(c.headers_with_underscores, HeadersWithUnderscores::kReject);
   EXPECT_EQ(c.timeouts.connect, milliseconds(250));
   EXPECT_EQ(c.timeouts.request, milliseconds(60000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(3600000));
@@ -177,6 +180,8 @@ TEST(ConfigTest, AcceptedVariants) {
       kHead + "listen: localhost:8080\n",
       kHead + "listen: 127.0.0.1:9901\nadmin_listen: 127.0.0.2:9901\n",  // same port, other host
       kHead + "token_header: x-fencing-token\n",
+      kHead + "headers_with_underscores: allow\n",
+      kHead + "headers_with_underscores: drop\n",
       kHead + "limits: { max_header_bytes: 1MiB, max_body_bytes: 18446744073709551615 }\n",
       kHead + "routes:\n  - name: a\n    prefix: \"/a:b@c/~x/(y)/it's/$1,2;3=4&5+6*7!\"\n",
       kHead + "routes:\n  - name: a\n    prefix: /a/...b/.c/d.\n",  // dots inside segments are fine
@@ -315,6 +320,14 @@ const ErrorCase kScalarErrors[] = {
     {"token_header: space", kHead + "token_header: 'X Token'\n", 3, 15, "not a valid HTTP header name"},
     {"token_header: colon", kHead + "token_header: 'X-Token:'\n", 3, 15, "not a valid HTTP header name"},
     {"token_header: empty", kHead + "token_header: ''\n", 3, 15, "token_header: must not be empty"},
+    {"token_header: underscore", kHead + "token_header: X_Lock_Token\n", 3, 15,
+     "token_header: must not contain '_'"},
+    {"headers_with_underscores: case", kHead + "headers_with_underscores: Drop\n", 3, 27,
+     "headers_with_underscores: expected 'drop' or 'reject' or 'allow', got 'Drop'"},
+    {"headers_with_underscores: bool", kHead + "headers_with_underscores: true\n", 3, 27,
+     "expected 'drop' or 'reject' or 'allow', got 'true'"},
+    {"headers_with_underscores: list", kHead + "headers_with_underscores: [drop]\n", 3, 27,
+     "headers_with_underscores: expected a string, got a list"},
     {"threads: too many", kHead + "threads: 257\n", 3, 10, "expected 0 (one per core) to 256, got 257"},
     {"threads: negative", kHead + "threads: -1\n", 3, 10, "expected a non-negative integer"},
     {"threads: fraction", kHead + "threads: 2.5\n", 3, 10, "expected a non-negative integer"},
@@ -609,6 +622,7 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   EXPECT_EQ(c.token_header, defaults.token_header);
   EXPECT_EQ(c.threads, defaults.threads);
   EXPECT_EQ(c.unmatched, defaults.unmatched);
+  EXPECT_EQ(c.headers_with_underscores, defaults.headers_with_underscores);
   EXPECT_EQ(c.timeouts.connect, defaults.timeouts.connect);
   EXPECT_EQ(c.timeouts.request, defaults.timeouts.request);
   EXPECT_EQ(c.timeouts.idle, defaults.timeouts.idle);
@@ -631,6 +645,7 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   for (const char* key : {"listen", "admin_listen", "backend", "state_file", "token_header", "threads",
                           "unmatched", "timeouts", "connect", "request", "idle", "header_read", "shutdown",
                           "limits", "max_header_bytes", "max_body_bytes", "max_connections", "routes",
+                          "headers_with_underscores",
                           "name", "prefix", "fence", "methods", "missing_token", "mode", "forward_token"}) {
     EXPECT_NE(reference.find(std::string(key) + ":"), std::string::npos) << key;
     EXPECT_NE(readme.find("`" + std::string(key) + "`"), std::string::npos) << key;

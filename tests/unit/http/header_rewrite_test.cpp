@@ -97,6 +97,21 @@ TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
   EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
 }
 
+TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
+  http::request_header<> client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
+                                               {"a_b", "1"}, {"_", "2"}, {"X-Kept", "3"}});
+  http::request_header<> dropped =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/true));
+  EXPECT_EQ(Values(dropped, "X-Fencing-Token"), std::vector<std::string>{"7"});
+  for (const char* gone : {"X_Fencing_Token", "a_b", "_"}) EXPECT_TRUE(Values(dropped, gone).empty()) << gone;
+  EXPECT_EQ(Values(dropped, "X-Kept"), std::vector<std::string>{"3"});
+
+  http::request_header<> kept =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/false));
+  EXPECT_EQ(Values(kept, "X_Fencing_Token"), std::vector<std::string>{"99"});
+  EXPECT_EQ(Values(kept, "a_b"), std::vector<std::string>{"1"});
+}
+
 TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossFields) {
   http::request_header<> client = Request(11, {{"Connection", "keep-alive"},
                                                {"Connection", "x-secret , X-Other"},

@@ -54,6 +54,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kAmbiguousFraming, {"ambiguous-framing", 400}},
       {ProblemType::kBadConnectionHeader, {"bad-connection-header", 400}},
       {ProblemType::kBadHost, {"bad-host", 400}},
+      {ProblemType::kUnderscoreHeader, {"underscore-header", 400}},
       {ProblemType::kAmbiguousPath, {"ambiguous-path", 400}},
       {ProblemType::kMalformedToken, {"malformed-token", 400}},
       {ProblemType::kNoRoute, {"no-route", 404}},
