@@ -54,6 +54,9 @@ struct Limits {
   uint64_t max_header_bytes = 16 * 1024;
   uint64_t max_body_bytes = 64ull * 1024 * 1024;
   uint64_t max_connections = 10000;
+  // Request bodies up to this size are read whole before the request is forwarded; larger ones
+  // stream. At most max_body_bytes (unset, it is lowered to a smaller max_body_bytes).
+  uint64_t buffered_body_bytes = 1024 * 1024;
 };
 
 struct ProxyConfig {

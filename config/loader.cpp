@@ -31,7 +31,8 @@ constexpr std::string_view kTopKeys[] = {"listen",     "admin_listen", "backend"
                                          "token_header", "threads",   "unmatched", "timeouts",
                                          "limits",     "routes",       "access_log", "headers_with_underscores"};
 constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
-constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections"};
+constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections",
+                                           "buffered_body_bytes"};
 constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
                                            "missing_token", "mode",   "forward_token", "path_case_insensitive",
                                            "max_token_jump"};
@@ -468,6 +469,7 @@ class Loader {
   }
 
   void ValidateLimits(const YAML::Node& map, Limits* out) {
+    std::optional<Position> buffered_at;  // where buffered_body_bytes was written (and valid)
     for (const Entry& e : Entries(map, kLimitKeys, "limits")) {
       const std::string path = "limits." + e.key;
       if (e.key == "max_connections") {
@@ -482,7 +484,10 @@ class Loader {
       }
       uint64_t bytes = 0;
       if (!Checked(e, path, CheckSize, &bytes)) continue;
-      if (e.key == "max_header_bytes") {
+      if (e.key == "buffered_body_bytes") {
+        out->buffered_body_bytes = bytes;  // 0: every body streams
+        buffered_at = At(e.value);
+      } else if (e.key == "max_header_bytes") {
         if (bytes < kMinHeaderBytes || bytes > kMaxHeaderBytes) {
           Error(At(e.value), path + ": must be from 1KiB to 1MiB, got " + std::to_string(bytes) + " bytes");
           continue;
@@ -496,6 +501,15 @@ class Loader {
         }
         out->max_body_bytes = bytes;
       }
+    }
+    // A buffered body is a whole body: it cannot be larger than a body may be. Left out, the
+    // default follows a smaller max_body_bytes.
+    if (!buffered_at) {
+      out->buffered_body_bytes = std::min(out->buffered_body_bytes, out->max_body_bytes);
+    } else if (out->buffered_body_bytes > out->max_body_bytes) {
+      Error(*buffered_at, "limits.buffered_body_bytes: must be at most limits.max_body_bytes (" +
+                              std::to_string(out->max_body_bytes) + " bytes), got " +
+                              std::to_string(out->buffered_body_bytes) + " bytes");
     }
   }
 
