@@ -10,32 +10,13 @@
 #include <utility>
 #include <vector>
 
-#include "http/ascii.h"
 #include "http/header_rewrite.h"
+#include "test_heads.h"
 
 namespace fencing {
 namespace {
 
 namespace http = boost::beast::http;
-
-using Fields = std::vector<std::pair<std::string, std::string>>;
-
-http::request_header<> Request(unsigned version, const Fields& fields, http::verb method = http::verb::post) {
-  http::request_header<> h;
-  h.method(method);
-  h.target("/orders/1");
-  h.version(version);
-  for (const auto& [name, value] : fields) h.insert(name, value);  // insert: duplicates stay separate
-  return h;
-}
-
-std::vector<std::string> Values(const http::fields& f, std::string_view name) {
-  std::vector<std::string> out;
-  for (const auto& field : f) {
-    if (EqualsIgnoreCase(field.name_string(), name)) out.emplace_back(field.value());
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------- UpstreamRequestHead
 
