@@ -20,6 +20,10 @@ struct HostPort {
 enum class MissingToken { kReject, kAllow };
 enum class FenceMode { kEnforce, kObserve };
 enum class Unmatched { kPass, kReject };
+// Request header fields whose names contain '_': WSGI, CGI and PHP backends read X_Fencing_Token
+// and X-Fencing-Token as the same variable (HTTP_X_FENCING_TOKEN), so such a field can stand in
+// for one the proxy checked.
+enum class HeadersWithUnderscores { kDrop, kReject, kAllow };
 
 struct RouteConfig {
   std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)
@@ -50,6 +54,9 @@ struct Limits {
   uint64_t max_header_bytes = 16 * 1024;
   uint64_t max_body_bytes = 64ull * 1024 * 1024;
   uint64_t max_connections = 10000;
+  // Request bodies up to this size are read whole before the request is forwarded; larger ones
+  // stream. At most max_body_bytes (unset, it is lowered to a smaller max_body_bytes).
+  uint64_t buffered_body_bytes = 1024 * 1024;
 };
 
 struct ProxyConfig {
@@ -63,6 +70,7 @@ struct ProxyConfig {
   unsigned threads = 0;      // 0 = one per core (resolved by the server, not here)
   Unmatched unmatched = Unmatched::kPass;
   bool access_log = true;    // one JSON line per request on stderr
+  HeadersWithUnderscores headers_with_underscores = HeadersWithUnderscores::kDrop;
   Timeouts timeouts;
   Limits limits;
   std::vector<RouteConfig> routes;

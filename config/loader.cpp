@@ -27,11 +27,12 @@ using namespace config_internal;
 
 constexpr size_t kMaxFileBytes = 16 * 1024 * 1024;  // a route file is kilobytes; stop on mistakes
 
-constexpr std::string_view kTopKeys[] = {"listen",    "admin_listen", "backend",  "state_file",
+constexpr std::string_view kTopKeys[] = {"listen",     "admin_listen", "backend",   "state_file",
                                          "token_header", "threads",   "unmatched", "timeouts",
-                                         "limits",    "routes",       "access_log"};
+                                         "limits",     "routes",       "access_log", "headers_with_underscores"};
 constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
-constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections"};
+constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections",
+                                           "buffered_body_bytes"};
 constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
                                            "missing_token", "mode",   "forward_token", "path_case_insensitive",
                                            "max_token_jump"};
@@ -369,6 +370,11 @@ class Loader {
       } else if (k == "token_header") {
         auto check = [](std::string_view text, std::string* out) -> std::string {
           std::string problem = CheckHeaderName(text);
+          // A backend that reads headers as CGI variables could not tell it from the same name
+          // with '-', and headers_with_underscores: drop would drop it.
+          if (problem.empty() && text.find('_') != std::string_view::npos) {
+            problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
+          }
           if (problem.empty()) *out = std::string(text);
           return problem;
         };
@@ -386,6 +392,12 @@ class Loader {
         if (std::optional<bool> b = Bool(e, k)) config->access_log = *b;
       } else if (k == "unmatched") {
         Choice(e, k, {{"pass", Unmatched::kPass}, {"reject", Unmatched::kReject}}, &config->unmatched);
+      } else if (k == "headers_with_underscores") {
+        Choice(e, k,
+               {{"drop", HeadersWithUnderscores::kDrop},
+                {"reject", HeadersWithUnderscores::kReject},
+                {"allow", HeadersWithUnderscores::kAllow}},
+               &config->headers_with_underscores);
       } else if (k == "timeouts") {
         if (Mapping(e, k)) ValidateTimeouts(e.value, &config->timeouts);
       } else if (k == "limits") {
@@ -457,6 +469,7 @@ class Loader {
   }
 
   void ValidateLimits(const YAML::Node& map, Limits* out) {
+    std::optional<Position> buffered_at;  // where buffered_body_bytes was written (and valid)
     for (const Entry& e : Entries(map, kLimitKeys, "limits")) {
       const std::string path = "limits." + e.key;
       if (e.key == "max_connections") {
@@ -471,7 +484,10 @@ class Loader {
       }
       uint64_t bytes = 0;
       if (!Checked(e, path, CheckSize, &bytes)) continue;
-      if (e.key == "max_header_bytes") {
+      if (e.key == "buffered_body_bytes") {
+        out->buffered_body_bytes = bytes;  // 0: every body streams
+        buffered_at = At(e.value);
+      } else if (e.key == "max_header_bytes") {
         if (bytes < kMinHeaderBytes || bytes > kMaxHeaderBytes) {
           Error(At(e.value), path + ": must be from 1KiB to 1MiB, got " + std::to_string(bytes) + " bytes");
           continue;
@@ -485,6 +501,15 @@ class Loader {
         }
         out->max_body_bytes = bytes;
       }
+    }
+    // A buffered body is a whole body: it cannot be larger than a body may be. Left out, the
+    // default follows a smaller max_body_bytes.
+    if (!buffered_at) {
+      out->buffered_body_bytes = std::min(out->buffered_body_bytes, out->max_body_bytes);
+    } else if (out->buffered_body_bytes > out->max_body_bytes) {
+      Error(*buffered_at, "limits.buffered_body_bytes: must be at most limits.max_body_bytes (" +
+                              std::to_string(out->max_body_bytes) + " bytes), got " +
+                              std::to_string(out->buffered_body_bytes) + " bytes");
     }
   }
 

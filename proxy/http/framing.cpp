@@ -38,6 +38,9 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
       ++counts->upgrades;
     } else if (counts && field.name() == http::field::connection) {
       ++counts->connections;
+    } else if (counts && field.name() == http::field::unknown && counts->underscored.empty() &&
+               field.name_string().find('_') != std::string_view::npos) {
+      counts->underscored = field.name_string();  // Beast knows no field name with '_'
     }
   }
   if (content_lengths > 1) return Refuse("more than one Content-Length header");

@@ -21,6 +21,7 @@ struct OtherFieldCounts {
   std::string_view host;  // the last Host field's value
   size_t upgrades = 0;
   size_t connections = 0;
+  std::string_view underscored;  // the first field name containing '_'; empty: none
 };
 
 FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header,

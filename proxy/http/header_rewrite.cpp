@@ -71,17 +71,29 @@ FieldFacts ScanFields(const http::fields& from) {
   return facts;
 }
 
-// Appends every end-to-end field of `from` except `drop` (case-insensitive name; may be empty),
-// and except Host when skip_host. X-Forwarded-For fields are not appended: when `forwarded_for`
-// is given, their values are collected there, each followed by ", ".
-void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, std::string_view drop, bool skip_host,
+// Which end-to-end fields AppendEndToEndFields leaves out, besides the hop-by-hop ones.
+struct Omit {
+  std::string_view name;         // this one (case-insensitive); empty: none
+  bool host = false;             // Host (another is set)
+  bool underscored = false;      // names containing '_'
+};
+
+// Appends every end-to-end field of `from` except those `omit` names. X-Forwarded-For fields are
+// not appended: when `forwarded_for` is given, their values are collected there, each followed
+// by ", ".
+void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, const Omit& omit,
                           std::string* forwarded_for, std::string& out) {
+  std::string_view drop = omit.name;
   std::optional<ConnectionTokens> connection_tokens;
   if (facts.connection) connection_tokens.emplace(from);
   for (const auto& field : from) {
     if (NotCopied(field.name())) continue;
-    if (skip_host && field.name() == http::field::host) continue;
+    if (omit.host && field.name() == http::field::host) continue;
     std::string_view name = field.name_string();
+    // Beast knows no field name with '_': only unknown ones need the search.
+    if (omit.underscored && field.name() == http::field::unknown && name.find('_') != std::string_view::npos) {
+      continue;
+    }
     if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
     if (forwarded_for && field.name() == http::field::unknown && EqualsIgnoreCase(name, "X-Forwarded-For")) {
       forwarded_for->append(field.value());
@@ -99,7 +111,7 @@ constexpr size_t kHeadReserve = 512;  // most heads fit: one allocation
 
 std::string UpstreamRequestHead(const http::request_header<>& client, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
-                                std::string_view drop) {
+                                std::string_view drop, bool drop_underscored) {
   std::string out;
   out.reserve(kHeadReserve);
   out.append(client.method_string());
@@ -108,7 +120,7 @@ std::string UpstreamRequestHead(const http::request_header<>& client, std::strin
   out.append(" HTTP/1.1\r\n");
   const FieldFacts facts = ScanFields(client);
   std::string forwarded_for;
-  AppendEndToEndFields(client, facts, drop, !host.empty(), &forwarded_for, out);
+  AppendEndToEndFields(client, facts, Omit{drop, !host.empty(), drop_underscored}, &forwarded_for, out);
 
   // One X-Forwarded-For: the client's list (all of its fields, in order) plus this hop.
   out.append("X-Forwarded-For: ");
@@ -141,7 +153,7 @@ std::string ClientResponseHead(const http::response_header<>& upstream, unsigned
   out.append(upstream.reason());
   out.append("\r\n");
   const FieldFacts facts = ScanFields(upstream);
-  AppendEndToEndFields(upstream, facts, "", false, nullptr, out);
+  AppendEndToEndFields(upstream, facts, Omit{}, nullptr, out);
   if (framing == BodyFraming::kLength) {
     AppendField(out, "Content-Length", facts.content_length);
   } else if (framing == BodyFraming::kChunked) {

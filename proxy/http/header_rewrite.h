@@ -26,10 +26,11 @@ enum class BodyFraming {
 // when a route does not forward it; may be empty), one X-Forwarded-For holding the client's list
 // plus client_ip, and the client's body framing. Host: `host` in place of the client's when not
 // empty (an absolute-form target's authority, RequestPlan::host), else the client's, else
-// backend_host.
+// backend_host. drop_underscored leaves out every field whose name contains '_'
+// (headers_with_underscores: drop; CGI-style backends read '_' as '-').
 std::string UpstreamRequestHead(const boost::beast::http::request_header<>& client, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
-                                std::string_view drop);
+                                std::string_view drop, bool drop_underscored = true);
 
 // The response head for the client: status line in the client's HTTP version, end-to-end
 // fields, `framing`, and a Connection field when keep-alive differs from the version's default.

@@ -24,6 +24,7 @@ namespace fencing {
   X(kBadConnectionHeader, "bad-connection-header", "Connection header names a protected field",          \
     bad_request)                                                                                           \
   X(kBadHost, "bad-host", "Bad Host header", bad_request)                                                  \
+  X(kUnderscoreHeader, "underscore-header", "Header name with an underscore", bad_request)                \
   X(kMalformedRequest, "malformed-request", "Malformed request", bad_request)                             \
   X(kMalformedBody, "malformed-body", "Malformed request body", bad_request)                              \
   X(kAmbiguousPath, "ambiguous-path", "Ambiguous request path", bad_request)                              \

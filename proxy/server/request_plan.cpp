@@ -93,6 +93,14 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(ProblemType::kBadHost, "the Host header is not a valid host[:port] (RFC 3986)"));
   }
+  // A CGI-style backend reads X_Fencing_Token as X-Fencing-Token: such a field could pose as one
+  // the proxy checked (drop, the default, leaves them out when forwarding instead).
+  if (!counts.underscored.empty() && config.headers_with_underscores == HeadersWithUnderscores::kReject) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kUnderscoreHeader,
+                              "the header " + std::string(counts.underscored) +
+                                  " has '_' in its name, which headers_with_underscores: reject refuses"));
+  }
   // After CONNECT or an Upgrade the client's next bytes belong to another protocol: the
   // connection is closed rather than read as the next request.
   if (head.method() == http::verb::connect) {

@@ -33,7 +33,6 @@ using io::kTuple;
 constexpr uint64_t kDiscardLimit = 64 * 1024;
 constexpr size_t kFirstReadSize = 4 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
-constexpr size_t kBufferedBodyBytes = 1024 * 1024;  // limits.buffered_body_bytes, until the config key lands
 
 template <typename Parser>
 bool ExpectsContinue(const Parser& parser) {
@@ -273,7 +272,7 @@ io::Awaitable<bool> Session::ServeOne() {
   // limits.buffered_body_bytes, before the fence is asked: a slow upload holds up no raise.
   RelayBuffers::Lease relay = worker_.relay_buffers().Take();
   RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
-  const size_t keep = kBufferedBodyBytes;
+  const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
   body.Feed(buffer_, keep);
   const bool fenced = plan.action == RequestPlan::Action::kFence;
   if (!body.complete() && !body.failed()) {
@@ -448,8 +447,8 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
   const std::string upstream_head =
-      UpstreamRequestHead(req.base(), plan.origin_target, plan.host, client_ip_,
-                          worker_.shared().backend_host, plan.drop_header);
+      UpstreamRequestHead(req.base(), plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
+                          plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = body.decoder().chunked();
@@ -458,7 +457,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
   request.client_version = req.version();
   // The parser's flags, not the message's accessors: those search the fields again.
   request.client_keep_alive = parser.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
-  request.keep = kBufferedBodyBytes;
+  request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
   Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
   ExchangeResult result = co_await exchange.Run(request, body);

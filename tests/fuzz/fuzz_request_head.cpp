@@ -58,7 +58,8 @@ using Parser = http::request_parser<http::buffer_body>;  // as Session::RequestP
 constexpr uint64_t kStartMax = 100;  // every fence starts here, so stale, equal and raise all occur
 
 // Two configs, chosen per input: nested, observe, allow and GET-fencing routes with the default
-// token header and unmatched: pass; then a renamed token header and unmatched: reject.
+// token header, unmatched: pass and headers_with_underscores: drop; then a renamed token header,
+// unmatched: reject and headers_with_underscores: reject.
 constexpr std::string_view kRoutes = R"(
 routes:
   - {name: orders, prefix: /orders}
@@ -77,6 +78,7 @@ constexpr std::string_view kConfigB = R"(backend: "http://backend.internal:8081"
 state_file: /nonexistent/fences.log
 unmatched: reject
 token_header: X-Lock-Token
+headers_with_underscores: reject
 limits: {max_header_bytes: 2KiB}
 )";
 
@@ -262,6 +264,12 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
   FUZZ_CHECK(CheckRequestFraming(req).ok, "a forwarded request with ambiguous framing");
   FUZZ_CHECK(req.method() != http::verb::connect, "a forwarded CONNECT");
   FUZZ_CHECK(req.count(http::field::upgrade) == 0, "a forwarded Upgrade");
+  if (runtime.config().headers_with_underscores == HeadersWithUnderscores::kReject) {
+    for (const auto& f : req) {
+      FUZZ_CHECK(f.name_string().find('_') == std::string_view::npos,
+                 "a field named with '_' forwarded under headers_with_underscores: reject");
+    }
+  }
   for (std::string_view p : {std::string_view(runtime.config().token_header), std::string_view("Host"),
                              std::string_view("Content-Length"), std::string_view("Transfer-Encoding")}) {
     FUZZ_CHECK(!NamedByConnection(req, p), "a forwarded request whose Connection names a field the proxy relies on");
@@ -296,8 +304,9 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
 
 // What the session sends upstream, read back.
 void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, const Runtime& runtime) {
+  const bool drop_underscored = runtime.config().headers_with_underscores == HeadersWithUnderscores::kDrop;
   const std::string wire = UpstreamRequestHead(req, plan.origin_target, plan.host, "127.0.0.1",
-                                               runtime.config().backend.ToString(), plan.drop_header);
+                                               runtime.config().backend.ToString(), plan.drop_header, drop_underscored);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
   Parser back;
@@ -311,6 +320,10 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   FUZZ_CHECK(up.target() == plan.origin_target, "the upstream target differs from the origin target");
   FUZZ_CHECK(CheckRequestFraming(up.base()).ok, "the upstream framing is ambiguous");
   FUZZ_CHECK(up.count(http::field::upgrade) == 0, "an Upgrade sent upstream");
+  for (const auto& f : up) {
+    FUZZ_CHECK(!drop_underscored || f.name_string().find('_') == std::string_view::npos,
+               "a field named with '_' sent upstream under headers_with_underscores: drop");
+  }
   if (!plan.host.empty()) {
     FUZZ_CHECK(up.count(http::field::host) == 1 && up[http::field::host] == plan.host,
                "an absolute-form target's authority is not the one Host sent upstream");

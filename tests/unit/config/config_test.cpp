@@ -57,6 +57,7 @@ TEST(ConfigTest, MinimalFileGetsEveryDefault) {
   EXPECT_EQ(c.threads, 0u);
   EXPECT_EQ(c.unmatched, Unmatched::kPass);
   EXPECT_TRUE(c.access_log);
+  EXPECT_EQ(c.headers_with_underscores, HeadersWithUnderscores::kDrop);
   EXPECT_EQ(c.timeouts.connect, milliseconds(2000));
   EXPECT_EQ(c.timeouts.request, milliseconds(30000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(60000));
@@ -65,6 +66,7 @@ TEST(ConfigTest, MinimalFileGetsEveryDefault) {
   EXPECT_EQ(c.limits.max_header_bytes, 16u * 1024);
   EXPECT_EQ(c.limits.max_body_bytes, 64ull * 1024 * 1024);
   EXPECT_EQ(c.limits.max_connections, 10000u);
+  EXPECT_EQ(c.limits.buffered_body_bytes, 1024u * 1024);
   EXPECT_TRUE(c.routes.empty());
 }
 
@@ -78,11 +80,13 @@ token_header: X-Lock-Token
 threads: 256
 unmatched: reject
 access_log: false
+headers_with_underscores: reject
 timeouts: { connect: 250ms, request: 1m, idle: 1h, header_read: 3s, shutdown: 24h }
 limits:
   max_header_bytes: 1KiB
   max_body_bytes: 1048576
   max_connections: 1
+  buffered_body_bytes: 4KiB
 routes:
   - name: orders
     prefix: /orders
@@ -115,6 +119,7 @@ routes:
   EXPECT_EQ(c.threads, 256u);
   EXPECT_EQ(c.unmatched, Unmatched::kReject);
   EXPECT_FALSE(c.access_log);
+  EXPECT_EQ(c.headers_with_underscores, HeadersWithUnderscores::kReject);
   EXPECT_EQ(c.timeouts.connect, milliseconds(250));
   EXPECT_EQ(c.timeouts.request, milliseconds(60000));
   EXPECT_EQ(c.timeouts.idle, milliseconds(3600000));
@@ -123,6 +128,7 @@ routes:
   EXPECT_EQ(c.limits.max_header_bytes, 1024u);
   EXPECT_EQ(c.limits.max_body_bytes, 1048576u);
   EXPECT_EQ(c.limits.max_connections, 1u);
+  EXPECT_EQ(c.limits.buffered_body_bytes, 4096u);
   ASSERT_EQ(c.routes.size(), 3u);
 
   const RouteConfig& orders = c.routes[0];
@@ -161,6 +167,7 @@ TEST(ConfigTest, PartialTimeoutsAndLimitsKeepOtherDefaults) {
   EXPECT_EQ(r.config->timeouts.request, milliseconds(30000));
   EXPECT_EQ(r.config->limits.max_body_bytes, 1ull << 30);
   EXPECT_EQ(r.config->limits.max_header_bytes, 16u * 1024);
+  EXPECT_EQ(r.config->limits.buffered_body_bytes, 1u << 20);
 }
 
 // Inputs that must load; each is a plausible way of writing a valid file.
@@ -177,6 +184,8 @@ TEST(ConfigTest, AcceptedVariants) {
       kHead + "listen: localhost:8080\n",
       kHead + "listen: 127.0.0.1:9901\nadmin_listen: 127.0.0.2:9901\n",  // same port, other host
       kHead + "token_header: x-fencing-token\n",
+      kHead + "headers_with_underscores: allow\n",
+      kHead + "headers_with_underscores: drop\n",
       kHead + "limits: { max_header_bytes: 1MiB, max_body_bytes: 18446744073709551615 }\n",
       kHead + "routes:\n  - name: a\n    prefix: \"/a:b@c/~x/(y)/it's/$1,2;3=4&5+6*7!\"\n",
       kHead + "routes:\n  - name: a\n    prefix: /a/...b/.c/d.\n",  // dots inside segments are fine
@@ -187,6 +196,22 @@ TEST(ConfigTest, AcceptedVariants) {
     const ConfigResult r = ParseConfig(text, "f.yaml");
     EXPECT_TRUE(r.ok()) << text << "\n" << DumpErrors(r);
   }
+}
+
+// Bodies up to buffered_body_bytes are read whole before forwarding; that can never be more than a
+// body may be. Unset, it follows a max_body_bytes below its default; zero means every body streams.
+TEST(ConfigTest, BufferedBodyBytesStaysWithinMaxBodyBytes) {
+  const ConfigResult small = ParseConfig(kHead + "limits: { max_body_bytes: 1000 }\n", "f.yaml");
+  ASSERT_TRUE(small.ok()) << DumpErrors(small);
+  EXPECT_EQ(small.config->limits.buffered_body_bytes, 1000u);
+  const ConfigResult equal = ParseConfig(kHead + "limits: { max_body_bytes: 2KiB, buffered_body_bytes: 2048 }\n", "f.yaml");
+  ASSERT_TRUE(equal.ok()) << DumpErrors(equal);
+  EXPECT_EQ(equal.config->limits.buffered_body_bytes, 2048u);
+  const ConfigResult zero = ParseConfig(kHead + "limits: { buffered_body_bytes: 0 }\n", "f.yaml");
+  ASSERT_TRUE(zero.ok()) << DumpErrors(zero);
+  EXPECT_EQ(zero.config->limits.buffered_body_bytes, 0u);
+  const ConfigResult order = ParseConfig(kHead + "limits: { buffered_body_bytes: 1KiB, max_body_bytes: 1KiB }\n", "f.yaml");
+  EXPECT_TRUE(order.ok()) << "the check does not depend on the key order\n" << DumpErrors(order);
 }
 
 TEST(ConfigTest, BackendWithoutPortIsPort80) {
@@ -315,6 +340,14 @@ const ErrorCase kScalarErrors[] = {
     {"token_header: space", kHead + "token_header: 'X Token'\n", 3, 15, "not a valid HTTP header name"},
     {"token_header: colon", kHead + "token_header: 'X-Token:'\n", 3, 15, "not a valid HTTP header name"},
     {"token_header: empty", kHead + "token_header: ''\n", 3, 15, "token_header: must not be empty"},
+    {"token_header: underscore", kHead + "token_header: X_Lock_Token\n", 3, 15,
+     "token_header: must not contain '_'"},
+    {"headers_with_underscores: case", kHead + "headers_with_underscores: Drop\n", 3, 27,
+     "headers_with_underscores: expected 'drop' or 'reject' or 'allow', got 'Drop'"},
+    {"headers_with_underscores: bool", kHead + "headers_with_underscores: true\n", 3, 27,
+     "expected 'drop' or 'reject' or 'allow', got 'true'"},
+    {"headers_with_underscores: list", kHead + "headers_with_underscores: [drop]\n", 3, 27,
+     "headers_with_underscores: expected a string, got a list"},
     {"threads: too many", kHead + "threads: 257\n", 3, 10, "expected 0 (one per core) to 256, got 257"},
     {"threads: negative", kHead + "threads: -1\n", 3, 10, "expected a non-negative integer"},
     {"threads: fraction", kHead + "threads: 2.5\n", 3, 10, "expected a non-negative integer"},
@@ -365,6 +398,12 @@ const ErrorCase kLimitErrors[] = {
      "size is too large"},
     {"limits: overflow GiB", kHead + "limits:\n  max_body_bytes: 17179869184GiB\n", 4, 19, "size is too large"},
     {"limits: body zero", kHead + "limits:\n  max_body_bytes: 0\n", 4, 19, "there is no 'unlimited'"},
+    {"limits: buffered above the body limit", kHead + "limits:\n  max_body_bytes: 1KiB\n  buffered_body_bytes: 2KiB\n",
+     5, 24, "limits.buffered_body_bytes: must be at most limits.max_body_bytes (1024 bytes), got 2048 bytes"},
+    {"limits: buffered above the default body limit", kHead + "limits: { buffered_body_bytes: 65MiB }\n", 3, 32,
+     "must be at most limits.max_body_bytes (67108864 bytes)"},
+    {"limits: buffered fraction", kHead + "limits:\n  buffered_body_bytes: 0.5MiB\n", 4, 24,
+     "limits.buffered_body_bytes: expected a size"},
     {"limits: header too small", kHead + "limits:\n  max_header_bytes: 1023\n", 4, 21,
      "limits.max_header_bytes: must be from 1KiB to 1MiB, got 1023 bytes"},
     {"limits: header too large", kHead + "limits:\n  max_header_bytes: 2MiB\n", 4, 21, "must be from 1KiB to 1MiB"},
@@ -609,6 +648,7 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   EXPECT_EQ(c.token_header, defaults.token_header);
   EXPECT_EQ(c.threads, defaults.threads);
   EXPECT_EQ(c.unmatched, defaults.unmatched);
+  EXPECT_EQ(c.headers_with_underscores, defaults.headers_with_underscores);
   EXPECT_EQ(c.timeouts.connect, defaults.timeouts.connect);
   EXPECT_EQ(c.timeouts.request, defaults.timeouts.request);
   EXPECT_EQ(c.timeouts.idle, defaults.timeouts.idle);
@@ -617,6 +657,7 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   EXPECT_EQ(c.limits.max_header_bytes, defaults.limits.max_header_bytes);
   EXPECT_EQ(c.limits.max_body_bytes, defaults.limits.max_body_bytes);
   EXPECT_EQ(c.limits.max_connections, defaults.limits.max_connections);
+  EXPECT_EQ(c.limits.buffered_body_bytes, defaults.limits.buffered_body_bytes);
   ASSERT_EQ(c.routes.size(), 1u);
   const RouteConfig route_defaults;
   EXPECT_EQ(c.routes[0].fence, c.routes[0].name);
@@ -631,6 +672,7 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   for (const char* key : {"listen", "admin_listen", "backend", "state_file", "token_header", "threads",
                           "unmatched", "timeouts", "connect", "request", "idle", "header_read", "shutdown",
                           "limits", "max_header_bytes", "max_body_bytes", "max_connections", "routes",
+                          "headers_with_underscores", "buffered_body_bytes",
                           "name", "prefix", "fence", "methods", "missing_token", "mode", "forward_token"}) {
     EXPECT_NE(reference.find(std::string(key) + ":"), std::string::npos) << key;
     EXPECT_NE(readme.find("`" + std::string(key) + "`"), std::string::npos) << key;

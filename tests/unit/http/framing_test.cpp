@@ -10,22 +10,12 @@
 #include <vector>
 
 #include "http/framing.h"
+#include "test_heads.h"
 
 namespace fencing {
 namespace {
 
 namespace http = boost::beast::http;
-
-using Fields = std::vector<std::pair<std::string, std::string>>;
-
-http::request_header<> Request(unsigned version, const Fields& fields, http::verb method = http::verb::post) {
-  http::request_header<> h;
-  h.method(method);
-  h.target("/orders/1");
-  h.version(version);
-  for (const auto& [name, value] : fields) h.insert(name, value);  // insert: duplicates stay separate
-  return h;
-}
 
 // ---------------------------------------------------------------- CheckRequestFraming
 

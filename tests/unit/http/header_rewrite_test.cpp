@@ -10,32 +10,13 @@
 #include <utility>
 #include <vector>
 
-#include "http/ascii.h"
 #include "http/header_rewrite.h"
+#include "test_heads.h"
 
 namespace fencing {
 namespace {
 
 namespace http = boost::beast::http;
-
-using Fields = std::vector<std::pair<std::string, std::string>>;
-
-http::request_header<> Request(unsigned version, const Fields& fields, http::verb method = http::verb::post) {
-  http::request_header<> h;
-  h.method(method);
-  h.target("/orders/1");
-  h.version(version);
-  for (const auto& [name, value] : fields) h.insert(name, value);  // insert: duplicates stay separate
-  return h;
-}
-
-std::vector<std::string> Values(const http::fields& f, std::string_view name) {
-  std::vector<std::string> out;
-  for (const auto& field : f) {
-    if (EqualsIgnoreCase(field.name_string(), name)) out.emplace_back(field.value());
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------- UpstreamRequestHead
 
@@ -95,6 +76,21 @@ TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
       ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "X-Fencing-Token"));
   EXPECT_TRUE(Values(up, "X-Fencing-Token").empty());
   EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
+}
+
+TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
+  http::request_header<> client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
+                                               {"a_b", "1"}, {"_", "2"}, {"X-Kept", "3"}});
+  http::request_header<> dropped =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/true));
+  EXPECT_EQ(Values(dropped, "X-Fencing-Token"), std::vector<std::string>{"7"});
+  for (const char* gone : {"X_Fencing_Token", "a_b", "_"}) EXPECT_TRUE(Values(dropped, gone).empty()) << gone;
+  EXPECT_EQ(Values(dropped, "X-Kept"), std::vector<std::string>{"3"});
+
+  http::request_header<> kept =
+      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/false));
+  EXPECT_EQ(Values(kept, "X_Fencing_Token"), std::vector<std::string>{"99"});
+  EXPECT_EQ(Values(kept, "a_b"), std::vector<std::string>{"1"});
 }
 
 TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossFields) {

@@ -15,22 +15,14 @@
 #include <string_view>
 #include <vector>
 
-#include "http/ascii.h"
 #include "http/problem.h"
+#include "test_heads.h"
 
 namespace fencing {
 namespace {
 
 namespace http = boost::beast::http;
 namespace json = boost::json;
-
-std::vector<std::string> Values(const http::fields& f, std::string_view name) {
-  std::vector<std::string> out;
-  for (const auto& field : f) {
-    if (EqualsIgnoreCase(field.name_string(), name)) out.emplace_back(field.value());
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------- the catalogue
 
@@ -54,6 +46,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kAmbiguousFraming, {"ambiguous-framing", 400}},
       {ProblemType::kBadConnectionHeader, {"bad-connection-header", 400}},
       {ProblemType::kBadHost, {"bad-host", 400}},
+      {ProblemType::kUnderscoreHeader, {"underscore-header", 400}},
       {ProblemType::kAmbiguousPath, {"ambiguous-path", 400}},
       {ProblemType::kMalformedToken, {"malformed-token", 400}},
       {ProblemType::kNoRoute, {"no-route", 404}},

@@ -322,6 +322,29 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{.what = "Connection names a field like the token's", .fields = With(kToken10, {{"Connection", "X-Fencing-Tokens, Hosts"}}),
                  .action = Action::kFence, .route = "orders", .token = 10}));
 
+// A field named with '_' can pose as the token header to a CGI-style backend
+// (X_Fencing_Token is HTTP_X_FENCING_TOKEN there, like X-Fencing-Token).
+TEST(PlanRequestUnderscoreTest, RejectRefusesAnyUnderscoredFieldDropAndAllowLeaveItToTheRewrite) {
+  Env reject(Variant::kPass, "headers_with_underscores: reject\n");
+  Env allow(Variant::kPass, "headers_with_underscores: allow\n");
+  ASSERT_TRUE(reject.ok() && allow.ok());
+  const Fields posing = With(kToken10, {{"X_Fencing_Token", "99"}});
+  for (const auto& [method, target] : {std::pair{"PUT", "/orders/1"}, std::pair{"GET", "/other"}}) {
+    RequestPlan plan = PlanRequest(Head(method, target, posing), reject.runtime());
+    EXPECT_EQ(plan.action, Action::kReject) << method << " " << target;
+    EXPECT_EQ(plan.problem.type, "underscore-header");
+    EXPECT_EQ(plan.problem.status, http::status::bad_request);
+    EXPECT_TRUE(plan.close);
+    EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(Outcome::kRejectedRequest));
+    EXPECT_NE(plan.problem.detail.find("X_Fencing_Token"), std::string::npos) << plan.problem.detail;
+  }
+  EXPECT_EQ(PlanRequest(Head("PUT", "/orders/1", kToken10), reject.runtime()).action, Action::kFence)
+      << "a request without such fields is not refused";
+  EXPECT_EQ(PlanRequest(Head("PUT", "/orders/1", posing), allow.runtime()).action, Action::kFence);
+  EXPECT_EQ(PlanRequest(Head("PUT", "/orders/1", posing), EnvFor(Variant::kPass).runtime()).action, Action::kFence)
+      << "drop (the default) is the rewrite's job";
+}
+
 TEST(PlanRequestConnectionTest, TheConfiguredTokenHeaderIsTheProtectedOne) {
   Env env(Variant::kPass, "token_header: X-Lock-Token\n");
   ASSERT_TRUE(env.ok());
