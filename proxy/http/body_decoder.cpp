@@ -1,5 +1,7 @@
 #include "http/body_decoder.h"
 
+#include "http/rules.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -12,17 +14,6 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-bool IsFieldNameChar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-// Visible ASCII, obs-text, space and tab: what a chunk extension or a field value may hold.
-bool IsTextChar(char c) {
-  auto u = static_cast<unsigned char>(c);
-  return u == '\t' || u == ' ' || (u > 0x20 && u != 0x7f);
 }
 
 }  // namespace
@@ -88,7 +79,7 @@ bool BodyDecoder::Framing(char c) {
         Fail("a bare LF in the chunk framing");
         return false;
       }
-      if (!IsTextChar(c)) {
+      if (!IsFieldValueChar(c)) {
         Fail("a control byte in a chunk extension");
         return false;
       }
@@ -135,7 +126,7 @@ bool BodyDecoder::Framing(char c) {
         Fail("a bare LF at the end of the chunked body");
         return false;
       }
-      if (!IsFieldNameChar(c)) {
+      if (!IsTokenChar(c)) {
         Fail(c == ' ' || c == '\t' ? "a folded trailer line (obs-fold)" : "a malformed trailer field");
         return false;
       }
@@ -162,11 +153,11 @@ bool BodyDecoder::Framing(char c) {
       if (!trailer_colon_) {
         if (c == ':') {
           trailer_colon_ = true;
-        } else if (!IsFieldNameChar(c)) {
+        } else if (!IsTokenChar(c)) {
           Fail("a malformed trailer field name");
           return false;
         }
-      } else if (!IsTextChar(c)) {
+      } else if (!IsFieldValueChar(c)) {
         Fail("a control byte in a trailer field");
         return false;
       }

@@ -16,8 +16,7 @@ enum : unsigned char { kToken = 1, kValue = 2 };
 constexpr std::array<unsigned char, 256> MakeByteClasses() {
   std::array<unsigned char, 256> classes{};
   for (int c = 0; c < 256; ++c) {
-    // A field value may hold visible ASCII, obs-text (0x80-0xFF), space and tab; nothing else.
-    if (c == '\t' || c == ' ' || (c > 0x20 && c != 0x7f)) classes[c] |= kValue;
+    if (IsFieldValueChar(static_cast<char>(c))) classes[c] |= kValue;
     if (IsTokenChar(static_cast<char>(c))) classes[c] |= kToken;
   }
   return classes;

@@ -27,6 +27,12 @@ constexpr bool IsTokenChar(char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
   return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
+// What a field value (and a chunk extension) may hold: visible ASCII, obs-text (0x80-0xFF),
+// space and tab; no other control byte.
+constexpr bool IsFieldValueChar(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u == '\t' || u == ' ' || (u > 0x20 && u != 0x7f);
+}
 // One or more tchar.
 bool IsToken(std::string_view text);
 
