@@ -87,9 +87,9 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                   MakeProblem(ProblemType::kBadHost, hosts ? "the request has more than one Host header"
                                                            : "an HTTP/1.1 request must have a Host header"));
   }
-  // RFC 9112 section 3.2: a Host that is not a valid host[:port] is a 400. HTTP/1.0 may send it
-  // empty (it had no Host); HTTP/1.1 names the host it means.
-  if (counts.hosts == 1 && (!counts.host.empty() || head.version() >= 11) && !IsValidHostPort(counts.host)) {
+  // RFC 9112 section 3.2: a Host that is not a valid host[:port] is a 400. Empty is not one
+  // either: an http URI has a host (RFC 9110 section 4.2.1), and the backend is asked in HTTP/1.1.
+  if (counts.hosts == 1 && !IsValidHostPort(counts.host)) {
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(ProblemType::kBadHost, "the Host header is not a valid host[:port] (RFC 3986)"));
   }

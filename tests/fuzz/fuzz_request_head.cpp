@@ -276,8 +276,7 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
   }
   for (const auto& f : req) {
     if (f.name() != http::field::host) continue;
-    FUZZ_CHECK(IsValidHostPort(f.value()) || (f.value().empty() && req.version() < 11),
-               "a forwarded request with a Host that is not host[:port]");
+    FUZZ_CHECK(IsValidHostPort(f.value()), "a forwarded request with a Host that is not host[:port]");
   }
   const TargetCheck target = CheckRequestTarget(req.target());
   FUZZ_CHECK(target.ok, "a forwarded request whose target CheckRequestTarget refuses");

@@ -380,6 +380,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadHost("a slash in Host", {{"Host", "a/b"}}),
         BadHost("userinfo in Host", {{"Host", "a@b"}}),
         BadHost("an empty Host on HTTP/1.1", {{"Host", ""}}),
+        // An http URI has a host (RFC 9110 section 4.2.1), and the backend is asked in HTTP/1.1.
+        BadHost("an empty Host on HTTP/1.0", {{"Host", ""}}, "/orders/1", 10),
         BadHost("a port without digits", {{"Host", "h:"}}),
         BadHost("a port that is no port", {{"Host", "h:99999"}}),
         BadHost("an unclosed IPv6 literal", {{"Host", "[::1"}}),
