@@ -85,18 +85,6 @@ inline Problem MakeProblem(ProblemType type, std::string detail) {
   return p;
 }
 
-// Deprecated: used by session.cpp until the exchange split lands; everything else names a
-// ProblemType, so that a type's title and status are written in one place.
-inline Problem MakeProblem(boost::beast::http::status status, std::string_view type, std::string_view title,
-                           std::string detail) {
-  Problem p;
-  p.status = status;
-  p.type = type;
-  p.title = title;
-  p.detail = std::move(detail);
-  return p;
-}
-
 std::string ProblemJson(const Problem& problem);
 
 // The full response; 409 carries X-Fencing-Token-Max. keep_alive false adds Connection: close.
