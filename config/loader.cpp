@@ -17,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/config.h"
+#include "config/keys.h"
 #include "config/value_parsers.h"
 #include "http/ascii.h"
 
@@ -26,29 +27,6 @@ namespace {
 using namespace config_internal;
 
 constexpr size_t kMaxFileBytes = 16 * 1024 * 1024;  // a route file is kilobytes; stop on mistakes
-
-constexpr std::string_view kTopKeys[] = {"listen",     "admin_listen", "backend",   "state_file",
-                                         "token_header", "threads",   "unmatched", "timeouts",
-                                         "limits",     "routes",       "access_log", "headers_with_underscores"};
-constexpr std::string_view kTimeoutKeys[] = {"connect", "request", "idle", "header_read", "shutdown"};
-constexpr std::string_view kLimitKeys[] = {"max_header_bytes", "max_body_bytes", "max_connections",
-                                           "buffered_body_bytes"};
-constexpr std::string_view kRouteKeys[] = {"name",          "prefix", "fence",         "methods",
-                                           "missing_token", "mode",   "forward_token", "path_case_insensitive",
-                                           "max_token_jump"};
-
-// A 1-based position in the file.
-struct Position {
-  int line = 1;
-  int column = 1;
-};
-
-// One key of a mapping, first occurrence only.
-struct Entry {
-  std::string key;
-  Position key_at;
-  YAML::Node value;
-};
 
 std::string Join(std::span<const std::string_view> words) {
   std::string out;
@@ -83,6 +61,23 @@ std::string Quote(std::string_view value) {
   return out + "'";
 }
 
+}  // namespace
+
+namespace config_internal {
+
+// A 1-based position in the file.
+struct Position {
+  int line = 1;
+  int column = 1;
+};
+
+// One key of a mapping, first occurrence only.
+struct Entry {
+  std::string key;
+  Position key_at;
+  YAML::Node value;
+};
+
 class Loader {
  public:
   Loader(std::string_view text, std::string file_name) : text_(text), file_(std::move(file_name)) {}
@@ -90,6 +85,7 @@ class Loader {
   ConfigResult Run() {
     auto config = std::make_shared<ProxyConfig>();
     config->source_path = file_;
+    config_ = config.get();
     try {
       // YAML::Load reads the first document only. Not LoadAll: yaml-cpp 0.7 (Debian's) loops
       // forever in LoadAll on some malformed input (a lone ','), found by fuzzing.
@@ -112,7 +108,8 @@ class Loader {
     return result;
   }
 
- private:
+  // The helpers below are public for the key table's loaders (ConfigKeys()), which is where
+  // each key's parsing lives.
   static Position ToPosition(const YAML::Mark& mark) { return {mark.line + 1, mark.column + 1}; }
 
   Position PositionOfOffset(size_t offset) const {
@@ -217,11 +214,9 @@ class Loader {
     if (key == "<<") return message + " (YAML merge keys are not supported)";
     // A nested key at the top level is usually an indentation slip.
     if (where.empty()) {
-      const std::pair<std::span<const std::string_view>, const char*> nested[] = {
-          {kTimeoutKeys, "timeouts"}, {kLimitKeys, "limits"}, {kRouteKeys, "a route under routes"}};
-      for (const auto& [keys, owner] : nested) {
-        if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
-          return message + "; it belongs in " + owner + " (check the indentation)";
+      for (const ConfigKey& nested : ConfigKeys()) {
+        if (nested.section != KeySection::kTop && nested.name == key) {
+          return message + "; it belongs in " + SectionOwner(nested.section) + " (check the indentation)";
         }
       }
     }
@@ -343,81 +338,41 @@ class Loader {
       return;
     }
     const Position root_at = At(root);
-    std::optional<Position> listen_at, admin_at, backend_at;
-    bool listen_ok = true, admin_ok = true, backend_ok = false;
-    bool have_backend = false, have_state_file = false;
-    for (const Entry& e : Entries(root, kTopKeys, "")) {
-      const std::string& k = e.key;
-      if (k == "listen") {
-        listen_at = At(e.value, e.key_at);
-        listen_ok = Checked(e, k, CheckListenAddress, &config->listen);
-      } else if (k == "admin_listen") {
-        admin_at = At(e.value, e.key_at);
-        admin_ok = Checked(e, k, CheckListenAddress, &config->admin_listen);
-      } else if (k == "backend") {
-        have_backend = true;
-        backend_at = At(e.value, e.key_at);
-        backend_ok = Checked(e, k, CheckBackendUrl, &config->backend);
-        if (backend_ok) config->backend_url = e.value.Scalar();
-      } else if (k == "state_file") {
-        have_state_file = true;
-        auto check = [](std::string_view text, std::string* out) -> std::string {
-          if (text.empty()) return "must not be empty";
-          *out = std::string(text);
-          return "";
-        };
-        Checked(e, k, check, &config->state_file);
-      } else if (k == "token_header") {
-        auto check = [](std::string_view text, std::string* out) -> std::string {
-          std::string problem = CheckHeaderName(text);
-          // A backend that reads headers as CGI variables could not tell it from the same name
-          // with '-', and headers_with_underscores: drop would drop it.
-          if (problem.empty() && text.find('_') != std::string_view::npos) {
-            problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
-          }
-          if (problem.empty()) *out = std::string(text);
-          return problem;
-        };
-        Checked(e, k, check, &config->token_header);
-      } else if (k == "threads") {
-        if (std::optional<uint64_t> n = Unsigned(e, k)) {
-          if (*n > kMaxThreads) {
-            Error(At(e.value), "threads: expected 0 (one per core) to " + std::to_string(kMaxThreads) +
-                                   ", got " + std::to_string(*n));
-          } else {
-            config->threads = static_cast<unsigned>(*n);
-          }
-        }
-      } else if (k == "access_log") {
-        if (std::optional<bool> b = Bool(e, k)) config->access_log = *b;
-      } else if (k == "unmatched") {
-        Choice(e, k, {{"pass", Unmatched::kPass}, {"reject", Unmatched::kReject}}, &config->unmatched);
-      } else if (k == "headers_with_underscores") {
-        Choice(e, k,
-               {{"drop", HeadersWithUnderscores::kDrop},
-                {"reject", HeadersWithUnderscores::kReject},
-                {"allow", HeadersWithUnderscores::kAllow}},
-               &config->headers_with_underscores);
-      } else if (k == "timeouts") {
-        if (Mapping(e, k)) ValidateTimeouts(e.value, &config->timeouts);
-      } else if (k == "limits") {
-        if (Mapping(e, k)) ValidateLimits(e.value, &config->limits);
-      } else if (k == "routes") {
-        if (e.value.IsSequence()) {
-          ValidateRoutes(e.value, &config->routes);
-        } else if (!e.value.IsNull()) {
-          Error(At(e.value), "routes: expected a list of routes, got " + Describe(e.value));
-        }
-      }
+    Walk(root, KeySection::kTop, "", root_at);
+    CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
+                   top_.backend_at.value_or(root_at));
+  }
+
+  // Reads one mapping of a section: unknown and duplicate keys are errors, every other key goes
+  // to its table entry's loader, and a required key left out is reported at owner_at.
+  void Walk(const YAML::Node& map, KeySection section, const std::string& where, Position owner_at) {
+    std::vector<std::string_view> known;
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.section == section) known.push_back(key.name);
     }
-    if (!have_backend) {
-      Error(root_at, "missing required key 'backend' (the legacy resource, e.g. http://127.0.0.1:8081)");
+    std::set<std::string, std::less<>> written;
+    for (const Entry& e : Entries(map, known, where)) {
+      const ConfigKey* key = FindKey(section, e.key);
+      written.insert(e.key);
+      key->load(*this, e, where.empty() ? e.key : where + "." + e.key);
     }
-    if (!have_state_file) {
-      Error(root_at, "missing required key 'state_file' (where the highest tokens are kept)");
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.section != section || !key.required || written.contains(key.name)) continue;
+      std::string message = "missing required key '" + std::string(key.name) + "'";
+      if (!key.required_hint.empty()) message += " (" + std::string(key.required_hint) + ")";
+      Error(owner_at, Prefixed(where, message));
     }
-    CheckAddresses(*config, listen_ok, admin_ok, backend_ok, listen_at, admin_at,
-                   backend_at.value_or(root_at));
+  }
+
+  static const ConfigKey* FindKey(KeySection section, std::string_view name) {
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.section == section && key.name == name) return &key;
+    }
+    return nullptr;
+  }
+
+  static std::string SectionOwner(KeySection section) {
+    return section == KeySection::kRoute ? "a route under routes" : std::string(SectionName(section));
   }
 
   // Collisions between listeners, and a backend that is the proxy itself. Reported where the
@@ -450,73 +405,38 @@ class Loader {
     }
   }
 
-  void ValidateTimeouts(const YAML::Node& map, Timeouts* out) {
-    for (const Entry& e : Entries(map, kTimeoutKeys, "timeouts")) {
-      std::chrono::milliseconds* field = e.key == "connect"       ? &out->connect
-                                         : e.key == "request"     ? &out->request
-                                         : e.key == "idle"        ? &out->idle
-                                         : e.key == "header_read" ? &out->header_read
-                                                                  : &out->shutdown;
-      const std::string path = "timeouts." + e.key;
-      std::chrono::milliseconds value{};
-      if (!Checked(e, path, CheckDuration, &value)) continue;
-      if (value > kMaxTimeout) {
-        Error(At(e.value), path + ": must be at most 24h");
-        continue;
-      }
-      *field = value;
+  // timeouts.*: a duration of at most 24h.
+  void Timeout(const Entry& e, const std::string& path, std::chrono::milliseconds* field) {
+    std::chrono::milliseconds value{};
+    if (!Checked(e, path, CheckDuration, &value)) return;
+    if (value > kMaxTimeout) {
+      Error(At(e.value), path + ": must be at most 24h");
+      return;
     }
+    *field = value;
   }
 
-  void ValidateLimits(const YAML::Node& map, Limits* out) {
-    std::optional<Position> buffered_at;  // where buffered_body_bytes was written (and valid)
-    for (const Entry& e : Entries(map, kLimitKeys, "limits")) {
-      const std::string path = "limits." + e.key;
-      if (e.key == "max_connections") {
-        std::optional<uint64_t> n = Unsigned(e, path);
-        if (!n) continue;
-        if (*n < 1) {
-          Error(At(e.value), path + ": must be at least 1");
-          continue;
-        }
-        out->max_connections = *n;
-        continue;
-      }
-      uint64_t bytes = 0;
-      if (!Checked(e, path, CheckSize, &bytes)) continue;
-      if (e.key == "buffered_body_bytes") {
-        out->buffered_body_bytes = bytes;  // 0: every body streams
-        buffered_at = At(e.value);
-      } else if (e.key == "max_header_bytes") {
-        if (bytes < kMinHeaderBytes || bytes > kMaxHeaderBytes) {
-          Error(At(e.value), path + ": must be from 1KiB to 1MiB, got " + std::to_string(bytes) + " bytes");
-          continue;
-        }
-        out->max_header_bytes = bytes;
-      } else {
-        // nginx reads 0 as "unlimited"; here there is no unlimited, so 0 is a mistake.
-        if (bytes == 0) {
-          Error(At(e.value), path + ": must be at least 1 byte (there is no 'unlimited')");
-          continue;
-        }
-        out->max_body_bytes = bytes;
-      }
-    }
+  std::optional<uint64_t> Size(const Entry& e, const std::string& path) {
+    uint64_t bytes = 0;
+    if (!Checked(e, path, CheckSize, &bytes)) return std::nullopt;
+    return bytes;
+  }
+
+  void LoadLimits(const YAML::Node& map) {
+    Limits* out = &config_->limits;
+    Walk(map, KeySection::kLimits, "limits", At(map));
     // A buffered body is a whole body: it cannot be larger than a body may be. Left out, the
     // default follows a smaller max_body_bytes.
-    if (!buffered_at) {
+    if (!buffered_at_) {
       out->buffered_body_bytes = std::min(out->buffered_body_bytes, out->max_body_bytes);
     } else if (out->buffered_body_bytes > out->max_body_bytes) {
-      Error(*buffered_at, "limits.buffered_body_bytes: must be at most limits.max_body_bytes (" +
-                              std::to_string(out->max_body_bytes) + " bytes), got " +
-                              std::to_string(out->buffered_body_bytes) + " bytes");
+      Error(*buffered_at_, "limits.buffered_body_bytes: must be at most limits.max_body_bytes (" +
+                               std::to_string(out->max_body_bytes) + " bytes), got " +
+                               std::to_string(out->buffered_body_bytes) + " bytes");
     }
   }
 
-  void ValidateRoutes(const YAML::Node& list, std::vector<RouteConfig>* out) {
-    std::map<std::string, int> name_line;
-    std::map<std::string, int> prefix_line;
-    std::map<std::string, FoldedPrefix> folded_prefix;
+  void LoadRoutes(const YAML::Node& list) {
     size_t index = 0;
     for (auto it = list.begin(); it != list.end(); ++it, ++index) {
       const YAML::Node item = *it;
@@ -526,87 +446,52 @@ class Loader {
                             Describe(item));
         continue;
       }
-      RouteConfig route;
-      bool ok = true;
-      bool have_name = false, have_prefix = false, have_fence = false;
-      bool name_written = false, prefix_written = false;  // even when the value is bad
-      for (const Entry& e : Entries(item, kRouteKeys, where)) {
-        const std::string path = where + "." + e.key;
-        const std::string& k = e.key;
-        name_written = name_written || k == "name";
-        prefix_written = prefix_written || k == "prefix";
-        if (k == "name" || k == "fence" || k == "prefix") {
-          std::optional<std::string> text = String(e, path);
-          if (!text) {
-            ok = false;
-            continue;
-          }
-          const std::string problem = k == "prefix" ? CheckPrefix(*text) : CheckName(*text);
-          if (!problem.empty()) {
-            Error(At(e.value), path + ": " + problem + " (got " + Quote(*text) + ")");
-            ok = false;
-            continue;
-          }
-          const int line = At(e.value).line;
-          if (k == "name") {
-            have_name = true;
-            route.name = *text;
-            if (auto [first, added] = name_line.emplace(*text, line); !added) {
-              Error(At(e.value), path + ": duplicate route name '" + *text + "' (first at line " +
-                                     std::to_string(first->second) + ")");
-              ok = false;
-            }
-          } else if (k == "prefix") {
-            have_prefix = true;
-            route.prefix = *text;
-            if (auto [first, added] = prefix_line.emplace(*text, line); !added) {
-              Error(At(e.value), path + ": duplicate prefix '" + *text + "' (first at line " +
-                                     std::to_string(first->second) + ")");
-              ok = false;
-            }
-          } else {
-            have_fence = true;
-            route.fence = *text;
-          }
-        } else if (k == "methods") {
-          ok = Methods(e, path, &route.methods) && ok;
-        } else if (k == "missing_token") {
-          Choice(e, path, {{"reject", MissingToken::kReject}, {"allow", MissingToken::kAllow}},
-                 &route.missing_token);
-        } else if (k == "mode") {
-          Choice(e, path, {{"enforce", FenceMode::kEnforce}, {"observe", FenceMode::kObserve}}, &route.mode);
-        } else if (k == "forward_token") {
-          if (std::optional<bool> b = Bool(e, path)) route.forward_token = *b;
-        } else if (k == "path_case_insensitive") {
-          if (std::optional<bool> b = Bool(e, path)) route.path_case_insensitive = *b;
-        } else if (k == "max_token_jump") {
-          if (std::optional<uint64_t> n = Unsigned(e, path)) route.max_token_jump = *n;
-        }
-      }
+      route_ = RouteState{};
       const Position route_at = At(item);
-      if (!name_written) {
-        Error(route_at, where + ": missing required key 'name'");
-        ok = false;
-      }
-      if (!prefix_written) {
-        Error(route_at, where + ": missing required key 'prefix'");
-        ok = false;
-      }
-      if (!have_fence) route.fence = route.name;
+      Walk(item, KeySection::kRoute, where, route_at);
+      RouteConfig& route = route_.route;
+      // A route left without name or prefix is already an error (and makes the file invalid).
+      if (!route_.have_fence) route.fence = route.name;
       // Errors already make the whole file invalid; only complete routes are kept.
-      if (ok && have_name && have_prefix) {
+      if (route_.ok && route_.have_name && route_.have_prefix) {
         // A prefix matched without case must not collide, folded, with any other prefix: the
         // longest-match rule could not choose between them.
         const std::string folded = ToAsciiLower(route.prefix);
-        if (auto [first, added] = folded_prefix.emplace(folded, FoldedPrefix{At(item).line, route.path_case_insensitive});
+        if (auto [first, added] = folded_prefix_.emplace(folded, FoldedPrefix{At(item).line, route.path_case_insensitive});
             !added && (route.path_case_insensitive || first->second.case_insensitive)) {
           Error(route_at, where + ": prefix '" + route.prefix +
                               "' is the same, ignoring case, as the prefix at line " +
                               std::to_string(first->second.line) + ", and one of them has path_case_insensitive");
           continue;
         }
-        out->push_back(std::move(route));
+        config_->routes.push_back(std::move(route));
       }
+    }
+  }
+
+  // A route's name, prefix or fence: a string passing check. Any problem makes the route invalid.
+  std::optional<std::string> RouteString(const Entry& e, const std::string& path,
+                                         std::string (*check)(std::string_view)) {
+    std::optional<std::string> text = String(e, path);
+    if (!text) {
+      route_.ok = false;
+      return std::nullopt;
+    }
+    if (const std::string problem = check(*text); !problem.empty()) {
+      Error(At(e.value), path + ": " + problem + " (got " + Quote(*text) + ")");
+      route_.ok = false;
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  // Route names and prefixes are unique across routes; a repeat is reported naming the first.
+  void Unique(std::map<std::string, int>* seen, const std::string& text, const Entry& e, const std::string& path,
+              const char* what) {
+    if (auto [first, added] = seen->emplace(text, At(e.value).line); !added) {
+      Error(At(e.value), path + ": duplicate " + what + " '" + text + "' (first at line " +
+                             std::to_string(first->second) + ")");
+      route_.ok = false;
     }
   }
 
@@ -655,9 +540,309 @@ class Loader {
   std::string_view text_;
   std::string file_;
   std::vector<ConfigError> errors_;
+  ProxyConfig* config_ = nullptr;  // what the key loaders fill in
+
+  // What the cross-key checks need to know about the top level.
+  struct TopLevel {
+    std::optional<Position> listen_at, admin_at, backend_at;  // where written
+    bool listen_ok = true, admin_ok = true, backend_ok = false;
+  } top_;
+  std::optional<Position> buffered_at_;  // where limits.buffered_body_bytes was written (and valid)
+
+  // The route being read.
+  struct RouteState {
+    RouteConfig route;
+    bool ok = true;  // false: a problem that leaves it out of the later checks
+    bool have_name = false, have_prefix = false, have_fence = false;  // valid values read
+  } route_;
+  std::map<std::string, int> route_names_;     // name -> line, over all routes
+  std::map<std::string, int> route_prefixes_;  // prefix -> line
+  std::map<std::string, FoldedPrefix> folded_prefix_;
 };
 
+}  // namespace config_internal
+
+namespace {
+
+using config_internal::Entry;
+using config_internal::Loader;
+
+// The parse for one key, and the comparison a restart-only key needs.
+using Load = void (*)(Loader&, const Entry&, const std::string&);
+using Same = bool (*)(const ProxyConfig&, const ProxyConfig&);
+
+// Every key. The order within a section is the order of the "known keys" messages.
+// GCC warns about members left to their defaults even in designated initializers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+const ConfigKey kKeys[] = {
+    // Top level.
+    {.section = KeySection::kTop, .name = "listen", .type = "address", .default_value = "\"0.0.0.0:8080\"",
+     .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.listen.ToString() == b.listen.ToString(); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.listen_at = l.At(e.value, e.key_at);
+           l.top_.listen_ok = l.Checked(e, path, CheckListenAddress, &l.config_->listen);
+         }},
+    {.section = KeySection::kTop, .name = "admin_listen", .type = "address", .default_value = "\"127.0.0.1:9901\"",
+     .restart_only = true,
+     .same = [](const ProxyConfig& a,
+                const ProxyConfig& b) { return a.admin_listen.ToString() == b.admin_listen.ToString(); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.admin_at = l.At(e.value, e.key_at);
+           l.top_.admin_ok = l.Checked(e, path, CheckListenAddress, &l.config_->admin_listen);
+         }},
+    {.section = KeySection::kTop, .name = "backend", .type = "URL", .required = true,
+     .required_hint = "the legacy resource, e.g. http://127.0.0.1:8081", .restart_only = true,
+     // As written: the connection pool is built from it at start-up.
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.backend_url == b.backend_url; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.backend_at = l.At(e.value, e.key_at);
+           l.top_.backend_ok = l.Checked(e, path, CheckBackendUrl, &l.config_->backend);
+           if (l.top_.backend_ok) l.config_->backend_url = e.value.Scalar();
+         }},
+    {.section = KeySection::kTop, .name = "state_file", .type = "path", .required = true,
+     .required_hint = "where the highest tokens are kept", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.state_file == b.state_file; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           auto check = [](std::string_view text, std::string* out) -> std::string {
+             if (text.empty()) return "must not be empty";
+             *out = std::string(text);
+             return "";
+           };
+           l.Checked(e, path, check, &l.config_->state_file);
+         }},
+    {.section = KeySection::kTop, .name = "token_header", .type = "header name",
+     .default_value = "\"X-Fencing-Token\"",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           auto check = [](std::string_view text, std::string* out) -> std::string {
+             std::string problem = CheckHeaderName(text);
+             // A backend that reads headers as CGI variables could not tell it from the same name
+             // with '-', and headers_with_underscores: drop would drop it.
+             if (problem.empty() && text.find('_') != std::string_view::npos) {
+               problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
+             }
+             if (problem.empty()) *out = std::string(text);
+             return problem;
+           };
+           l.Checked(e, path, check, &l.config_->token_header);
+         }},
+    {.section = KeySection::kTop, .name = "threads", .type = "integer 0–256", .default_value = "0",
+     .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.threads == b.threads; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (std::optional<uint64_t> n = l.Unsigned(e, path)) {
+             if (*n > kMaxThreads) {
+               l.Error(l.At(e.value), path + ": expected 0 (one per core) to " + std::to_string(kMaxThreads) +
+                                          ", got " + std::to_string(*n));
+             } else {
+               l.config_->threads = static_cast<unsigned>(*n);
+             }
+           }
+         }},
+    {.section = KeySection::kTop, .name = "unmatched", .type = "pass | reject", .default_value = "pass",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.Choice(e, path, {{"pass", Unmatched::kPass}, {"reject", Unmatched::kReject}}, &l.config_->unmatched);
+         }},
+    {.section = KeySection::kTop, .name = "timeouts", .type = "mapping",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (l.Mapping(e, path)) l.Walk(e.value, KeySection::kTimeouts, path, l.At(e.value));
+         }},
+    {.section = KeySection::kTop, .name = "limits", .type = "mapping",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (l.Mapping(e, path)) l.LoadLimits(e.value);
+         }},
+    {.section = KeySection::kTop, .name = "routes", .type = "list",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (e.value.IsSequence()) {
+             l.LoadRoutes(e.value);
+           } else if (!e.value.IsNull()) {
+             l.Error(l.At(e.value), path + ": expected a list of routes, got " + Loader::Describe(e.value));
+           }
+         }},
+    {.section = KeySection::kTop, .name = "access_log", .type = "true | false", .default_value = "true",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (std::optional<bool> b = l.Bool(e, path)) l.config_->access_log = *b;
+         }},
+    {.section = KeySection::kTop, .name = "headers_with_underscores", .type = "drop | reject | allow",
+     .default_value = "drop",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.Choice(e, path,
+                    {{"drop", HeadersWithUnderscores::kDrop},
+                     {"reject", HeadersWithUnderscores::kReject},
+                     {"allow", HeadersWithUnderscores::kAllow}},
+                    &l.config_->headers_with_underscores);
+         }},
+
+    // timeouts.
+    {.section = KeySection::kTimeouts, .name = "connect", .type = "duration", .default_value = "2s",
+     .restart_only = true,  // the backend connection pool takes it when it is built
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.timeouts.connect == b.timeouts.connect; },
+     .load = [](Loader& l, const Entry& e, const std::string& path) {
+       l.Timeout(e, path, &l.config_->timeouts.connect);
+     }},
+    {.section = KeySection::kTimeouts, .name = "request", .type = "duration", .default_value = "30s",
+     .load = [](Loader& l, const Entry& e, const std::string& path) {
+       l.Timeout(e, path, &l.config_->timeouts.request);
+     }},
+    {.section = KeySection::kTimeouts, .name = "idle", .type = "duration", .default_value = "60s",
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.Timeout(e, path, &l.config_->timeouts.idle); }},
+    {.section = KeySection::kTimeouts, .name = "header_read", .type = "duration", .default_value = "10s",
+     .load = [](Loader& l, const Entry& e, const std::string& path) {
+       l.Timeout(e, path, &l.config_->timeouts.header_read);
+     }},
+    {.section = KeySection::kTimeouts, .name = "shutdown", .type = "duration", .default_value = "25s",
+     .load = [](Loader& l, const Entry& e, const std::string& path) {
+       l.Timeout(e, path, &l.config_->timeouts.shutdown);
+     }},
+
+    // limits.
+    {.section = KeySection::kLimits, .name = "max_header_bytes", .type = "size", .default_value = "16KiB",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<uint64_t> bytes = l.Size(e, path);
+           if (!bytes) return;
+           if (*bytes < kMinHeaderBytes || *bytes > kMaxHeaderBytes) {
+             l.Error(l.At(e.value),
+                     path + ": must be from 1KiB to 1MiB, got " + std::to_string(*bytes) + " bytes");
+             return;
+           }
+           l.config_->limits.max_header_bytes = *bytes;
+         }},
+    {.section = KeySection::kLimits, .name = "max_body_bytes", .type = "size", .default_value = "64MiB",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<uint64_t> bytes = l.Size(e, path);
+           if (!bytes) return;
+           // nginx reads 0 as "unlimited"; here there is no unlimited, so 0 is a mistake.
+           if (*bytes == 0) {
+             l.Error(l.At(e.value), path + ": must be at least 1 byte (there is no 'unlimited')");
+             return;
+           }
+           l.config_->limits.max_body_bytes = *bytes;
+         }},
+    {.section = KeySection::kLimits, .name = "max_connections", .type = "integer", .default_value = "10000",
+     .restart_only = true,  // the listener's connection slots are sized at start-up
+     .same = [](const ProxyConfig& a,
+                const ProxyConfig& b) { return a.limits.max_connections == b.limits.max_connections; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<uint64_t> n = l.Unsigned(e, path);
+           if (!n) return;
+           if (*n < 1) {
+             l.Error(l.At(e.value), path + ": must be at least 1");
+             return;
+           }
+           l.config_->limits.max_connections = *n;
+         }},
+    {.section = KeySection::kLimits, .name = "buffered_body_bytes", .type = "size", .default_value = "1MiB",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<uint64_t> bytes = l.Size(e, path);
+           if (!bytes) return;
+           l.config_->limits.buffered_body_bytes = *bytes;  // 0: every body streams
+           l.buffered_at_ = l.At(e.value);                  // checked against max_body_bytes after
+         }},
+
+    // A route.
+    {.section = KeySection::kRoute, .name = "name", .type = "string", .required = true,
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<std::string> text = l.RouteString(e, path, CheckName);
+           if (!text) return;
+           l.route_.have_name = true;
+           l.route_.route.name = *text;
+           l.Unique(&l.route_names_, *text, e, path, "route name");
+         }},
+    {.section = KeySection::kRoute, .name = "prefix", .type = "path", .required = true,
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<std::string> text = l.RouteString(e, path, CheckPrefix);
+           if (!text) return;
+           l.route_.have_prefix = true;
+           l.route_.route.prefix = *text;
+           l.Unique(&l.route_prefixes_, *text, e, path, "prefix");
+         }},
+    // Its default is the route's name, so there is no value to write.
+    {.section = KeySection::kRoute, .name = "fence", .type = "string",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           std::optional<std::string> text = l.RouteString(e, path, CheckName);
+           if (!text) return;
+           l.route_.have_fence = true;
+           l.route_.route.fence = *text;
+         }},
+    {.section = KeySection::kRoute, .name = "methods", .type = "list", .default_value = "[POST, PUT, PATCH, DELETE]",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.route_.ok = l.Methods(e, path, &l.route_.route.methods) && l.route_.ok;
+         }},
+    {.section = KeySection::kRoute, .name = "missing_token", .type = "reject | allow", .default_value = "reject",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.Choice(e, path, {{"reject", MissingToken::kReject}, {"allow", MissingToken::kAllow}},
+                    &l.route_.route.missing_token);
+         }},
+    {.section = KeySection::kRoute, .name = "mode", .type = "enforce | observe", .default_value = "enforce",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.Choice(e, path, {{"enforce", FenceMode::kEnforce}, {"observe", FenceMode::kObserve}},
+                    &l.route_.route.mode);
+         }},
+    {.section = KeySection::kRoute, .name = "forward_token", .type = "true | false", .default_value = "true",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (std::optional<bool> b = l.Bool(e, path)) l.route_.route.forward_token = *b;
+         }},
+    {.section = KeySection::kRoute, .name = "path_case_insensitive", .type = "true | false",
+     .default_value = "false",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (std::optional<bool> b = l.Bool(e, path)) l.route_.route.path_case_insensitive = *b;
+         }},
+    {.section = KeySection::kRoute, .name = "max_token_jump", .type = "integer", .default_value = "0",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           if (std::optional<uint64_t> n = l.Unsigned(e, path)) l.route_.route.max_token_jump = *n;
+         }},
+};
+#pragma GCC diagnostic pop
+
 }  // namespace
+
+std::span<const ConfigKey> ConfigKeys() { return kKeys; }
+
+std::string_view SectionName(KeySection section) {
+  switch (section) {
+    case KeySection::kTop:
+      return "";
+    case KeySection::kTimeouts:
+      return "timeouts";
+    case KeySection::kLimits:
+      return "limits";
+    case KeySection::kRoute:
+      return "routes";
+  }
+  return "";
+}
+
+std::string ConfigKey::Path() const {
+  if (section == KeySection::kTop) return std::string(name);
+  if (section == KeySection::kRoute) return "routes[]." + std::string(name);
+  return std::string(SectionName(section)) + "." + std::string(name);
+}
 
 std::string ConfigError::ToString() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message;

@@ -2,6 +2,7 @@
 
 #include "admin/metrics.h"
 #include "common/log.h"
+#include "config/keys.h"
 
 #include <fstream>
 #include <map>
@@ -62,13 +63,9 @@ void WarnAboutFenceChanges(const ProxyConfig& running, const ProxyConfig& loaded
 }  // namespace
 
 std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded) {
-  if (running.listen.ToString() != loaded.listen.ToString()) return "listen";
-  if (running.admin_listen.ToString() != loaded.admin_listen.ToString()) return "admin_listen";
-  if (running.backend_url != loaded.backend_url) return "backend";
-  if (running.state_file != loaded.state_file) return "state_file";
-  if (running.threads != loaded.threads) return "threads";
-  if (running.limits.max_connections != loaded.limits.max_connections) return "limits.max_connections";
-  if (running.timeouts.connect != loaded.timeouts.connect) return "timeouts.connect";
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (key.restart_only && !key.same(running, loaded)) return key.Path();
+  }
   return "";
 }
 

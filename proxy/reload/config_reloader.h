@@ -51,7 +51,8 @@ class ConfigReloader {
   std::thread watcher_;
 };
 
-// Settings bound to sockets, threads or files at start-up; "" if none of them differ.
+// The first restart-only key (ConfigKey::restart_only: bound to sockets, threads or files at
+// start-up) on which the two differ, as its path ("listen", "limits.max_connections"); "" if none.
 std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded);
 
 }  // namespace fencing

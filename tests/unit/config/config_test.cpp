@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/keys.h"
 
 namespace fencing {
 namespace {
@@ -665,17 +667,133 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   EXPECT_EQ(c.routes[0].missing_token, route_defaults.missing_token);
   EXPECT_EQ(c.routes[0].mode, route_defaults.mode);
   EXPECT_EQ(c.routes[0].forward_token, route_defaults.forward_token);
+  EXPECT_EQ(c.routes[0].path_case_insensitive, route_defaults.path_case_insensitive);
+  EXPECT_EQ(c.routes[0].max_token_jump, route_defaults.max_token_jump);
+}
 
-  // Every key appears in the reference file and in the operators' reference.
+// One "key: value" line of reference.yaml, with the section it is in.
+struct WrittenKey {
+  KeySection section;
+  std::string name;
+  std::string value;  // as written, without the comment
+  int line;
+};
+
+std::string Trim(std::string_view text) {
+  const size_t first = text.find_first_not_of(' ');
+  if (first == std::string_view::npos) return "";
+  return std::string(text.substr(first, text.find_last_not_of(' ') - first + 1));
+}
+
+// The keys of a block-style file like reference.yaml: top-level keys at column 1, the keys of a
+// section indented under it, a route's keys after "- ".
+std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
+  std::vector<WrittenKey> keys;
+  KeySection nested = KeySection::kTop;
+  std::istringstream in(yaml);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos || line[indent] == '#') continue;
+    std::string_view rest = std::string_view(line).substr(indent);
+    if (rest.starts_with("- ")) rest.remove_prefix(2);
+    const size_t colon = rest.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string name(rest.substr(0, colon));
+    const std::string value = Trim(rest.substr(colon + 1, rest.find('#') - colon - 1));
+    if (indent == 0) {
+      keys.push_back({KeySection::kTop, name, value, number});
+      nested = KeySection::kTop;
+      for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kRoute}) {
+        if (SectionName(s) == name) nested = s;
+      }
+    } else {
+      keys.push_back({nested, name, value, number});
+    }
+  }
+  return keys;
+}
+
+// "a | b" as the README's tables write it: "`a` \| `b`".
+std::string ReadmeType(std::string_view type) {
+  if (type.find(" | ") == std::string_view::npos) return std::string(type);
+  std::string out;
+  size_t start = 0;
+  for (;;) {
+    const size_t bar = type.find(" | ", start);
+    out += "`" + std::string(type.substr(start, bar - start)) + "`";
+    if (bar == std::string_view::npos) return out;
+    out += " \\| ";
+    start = bar + 3;
+  }
+}
+
+// The README table row of a key ("| `name` | ..."), or "".
+std::string ReadmeRow(const std::string& readme, std::string_view name) {
+  const std::string start = "| `" + std::string(name) + "` |";
+  const size_t at = readme.find("\n" + start);
+  if (at == std::string::npos) return "";
+  return readme.substr(at + 1, readme.find('\n', at + 1) - at - 1);
+}
+
+// The key table is the one list of keys: the reference file writes each of them with its
+// default and nothing else, and the operators' reference documents each one.
+TEST(ConfigExamplesTest, ReferenceWritesEveryKeyOfTheTable) {
   const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
   const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
-  for (const char* key : {"listen", "admin_listen", "backend", "state_file", "token_header", "threads",
-                          "unmatched", "timeouts", "connect", "request", "idle", "header_read", "shutdown",
-                          "limits", "max_header_bytes", "max_body_bytes", "max_connections", "routes",
-                          "headers_with_underscores", "buffered_body_bytes",
-                          "name", "prefix", "fence", "methods", "missing_token", "mode", "forward_token"}) {
-    EXPECT_NE(reference.find(std::string(key) + ":"), std::string::npos) << key;
-    EXPECT_NE(readme.find("`" + std::string(key) + "`"), std::string::npos) << key;
+  const std::vector<WrittenKey> written = KeysWritten(reference);
+  ASSERT_FALSE(written.empty());
+  for (const ConfigKey& key : ConfigKeys()) {
+    SCOPED_TRACE(key.Path());
+    auto it = std::find_if(written.begin(), written.end(), [&](const WrittenKey& w) {
+      return w.section == key.section && w.name == key.name;
+    });
+    ASSERT_NE(it, written.end()) << "reference.yaml does not write " << key.Path();
+    if (!key.default_value.empty()) {
+      EXPECT_EQ(it->value, key.default_value) << "reference.yaml:" << it->line;
+    }
+
+    EXPECT_NE(readme.find("`" + std::string(key.name) + "`"), std::string::npos);
+    const std::string row = ReadmeRow(readme, key.name);
+    ASSERT_FALSE(row.empty()) << "no README table row for " << key.Path();
+    // The timeouts table has no type column: every timeout is a duration.
+    if (key.section != KeySection::kTimeouts) {
+      EXPECT_NE(row.find("| " + ReadmeType(key.type) + " |"), std::string::npos) << row;
+    }
+    if (key.required) {
+      EXPECT_NE(row.find("**required**"), std::string::npos) << row;
+    }
+    std::string shown(key.default_value);
+    if (shown.size() >= 2 && shown.front() == '"') shown = shown.substr(1, shown.size() - 2);
+    if (!shown.empty()) {
+      EXPECT_NE(row.find("`" + shown + "`"), std::string::npos) << row;
+    }
+  }
+  for (const WrittenKey& w : written) {
+    const bool known = std::any_of(ConfigKeys().begin(), ConfigKeys().end(), [&](const ConfigKey& key) {
+      return key.section == w.section && key.name == w.name;
+    });
+    EXPECT_TRUE(known) << "reference.yaml:" << w.line << " writes '" << w.name << "', which is not in the key table";
+  }
+}
+
+// What the table declares is what the loader accepts: each key loads in its section, and a
+// restart-only key says how to compare it.
+TEST(ConfigKeysTest, EveryKeyLoadsInItsSection) {
+  for (const ConfigKey& key : ConfigKeys()) {
+    SCOPED_TRACE(key.Path());
+    EXPECT_NE(key.load, nullptr);
+    EXPECT_EQ(key.restart_only, key.same != nullptr);
+    EXPECT_FALSE(key.restart_only && key.section == KeySection::kRoute);  // compared per file
+    EXPECT_FALSE(key.required && !key.default_value.empty());
+    // Written where it does not belong, the loader names the key as unknown there.
+    const std::string misplaced = key.section == KeySection::kTop ? "timeouts:\n  " + std::string(key.name) + ": x\n"
+                                                                  : std::string(key.name) + ": x\n";
+    const ConfigResult r = ParseConfig(kHead + misplaced, "f.yaml");
+    ASSERT_FALSE(r.ok());
+    bool unknown = false;
+    for (const ConfigError& e : r.errors) unknown = unknown || e.message.find("unknown key '" + std::string(key.name) + "'") != std::string::npos;
+    EXPECT_TRUE(unknown) << DumpErrors(r);
   }
 }
 

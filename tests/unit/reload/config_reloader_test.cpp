@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "admin/metrics.h"
 #include "config/config.h"
+#include "config/keys.h"
 #include "reload/config_reloader.h"
 #include "test_files.h"
 
@@ -129,6 +132,95 @@ TEST_F(ConfigReloaderTest, RestartOnlyChangesAreRefused) {
   EXPECT_TRUE(applied_.empty());
   EXPECT_EQ(metrics_.config_reloads_failed().Value(), static_cast<double>(changes.size()));
   EXPECT_EQ(RestartOnlyChange(*initial_, *initial_), "");
+}
+
+// A valid value other than the default, from the key's type alone.
+std::string OtherValue(const ConfigKey& key) {
+  const std::string_view type = key.type;
+  if (type == "duration") return "7s";
+  if (type == "size") return "32KiB";
+  if (type.starts_with("integer")) return "7";
+  if (type == "address") return "\"127.0.0.1:18085\"";
+  if (type == "URL") return "\"http://127.0.0.1:18089\"";
+  if (type == "path") return "/other";
+  if (type == "header name") return "X-Other-Token";
+  if (type == "string") return "other";
+  if (type == "list") return key.section == KeySection::kRoute ? "[GET]" : "";  // not routes itself
+  if (const size_t bar = type.find(" | "); bar != std::string_view::npos) {
+    const std::string first(type.substr(0, bar));
+    return first != key.default_value ? first : std::string(type.substr(bar + 3, type.find(" | ", bar + 3) - bar - 3));
+  }
+  return "";  // a mapping: its keys are in the table on their own
+}
+
+// A route file from section -> key -> value (top-level keys under "").
+std::string RouteFile(const std::map<std::string, std::map<std::string, std::string>>& keys) {
+  std::string text;
+  for (const auto& [section, values] : keys) {
+    if (section.empty()) {
+      for (const auto& [name, value] : values) text += name + ": " + value + "\n";
+    } else if (section == "routes") {
+      text += "routes:\n";
+      const char* dash = "  - ";
+      for (const auto& [name, value] : values) {
+        text += dash + name + ": " + value + "\n";
+        dash = "    ";
+      }
+    } else {
+      text += section + ":\n";
+      for (const auto& [name, value] : values) text += "  " + name + ": " + value + "\n";
+    }
+  }
+  return text;
+}
+
+// Every key of the table, changed alone: a restart-only one is refused by name and keeps the
+// running configuration, any other one is applied.
+TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
+  const std::map<std::string, std::map<std::string, std::string>> base = {
+      {"", {{"listen", "\"127.0.0.1:18080\""}, {"admin_listen", "\"127.0.0.1:19901\""},
+            {"backend", "\"http://127.0.0.1:18081\""}, {"state_file", "./fences.log"}}},
+      {"routes", {{"name", "orders"}, {"prefix", "/orders"}}}};
+  WriteBytes(path_, RouteFile(base));
+  size_t checked = 0;
+  for (const ConfigKey& key : ConfigKeys()) {
+    const std::string value = OtherValue(key);
+    if (value.empty()) continue;
+    SCOPED_TRACE(key.Path() + ": " + value);
+    Metrics metrics;
+    WriteBytes(path_, RouteFile(base));
+    ConfigResult running = LoadConfigFile(path_);
+    ASSERT_TRUE(running.ok());
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+
+    auto changed = base;
+    changed[std::string(SectionName(key.section))][std::string(key.name)] = value;
+    WriteBytes(path_, RouteFile(changed));
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << RouteFile(changed) << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
+    if (key.restart_only) {
+      EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), key.Path());
+      EXPECT_FALSE(reloader.Reload("test"));
+      EXPECT_EQ(reloader.running(), running.config);
+    } else {
+      EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), "");
+      EXPECT_TRUE(reloader.Reload("test"));
+      EXPECT_NE(reloader.running(), running.config);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, ConfigKeys().size() - 3);  // all but timeouts, limits, routes themselves
+}
+
+// Which keys need a restart is a promise to operators (config/README.md); a key leaving or
+// joining the set is a decision, not a side effect of editing the table.
+TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
+  std::set<std::string> paths;
+  for (const ConfigKey& key : ConfigKeys()) {
+    if (key.restart_only) paths.insert(key.Path());
+  }
+  EXPECT_EQ(paths, (std::set<std::string>{"listen", "admin_listen", "backend", "state_file", "threads",
+                                          "timeouts.connect", "limits.max_connections"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {

@@ -1,0 +1,53 @@
+#pragma once
+// Every key of the route file, declared once: where it goes, its type and default as the
+// reference documents them, whether a change needs a restart, and what the loader does with it.
+// The loader's known-key lists and dispatch, the reloader's restart rule and the docs test are
+// all read from this table, so a new key is one entry here.
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/config.h"
+
+namespace fencing {
+
+namespace config_internal {
+class Loader;  // the YAML walk (loader.cpp)
+struct Entry;  // one key: value of a mapping
+}  // namespace config_internal
+
+enum class KeySection { kTop, kTimeouts, kLimits, kRoute };
+
+struct ConfigKey {
+  KeySection section;
+  std::string_view name;
+  // For the docs: "duration", "size", "integer", "address", or the allowed words "a | b".
+  std::string_view type;
+  // The default as config/examples/reference.yaml writes it; empty when there is none to write
+  // (a required key, a mapping or list, or a default derived from another key).
+  std::string_view default_value;
+  // Missing, it is an error: "missing required key 'NAME'" plus " (HINT)" when there is one.
+  bool required = false;
+  std::string_view required_hint;
+  // Bound to sockets, threads or files at start-up: a reload that changes it is refused.
+  bool restart_only = false;
+  // For restart-only keys: whether two configurations agree on it.
+  bool (*same)(const ProxyConfig& a, const ProxyConfig& b) = nullptr;
+  // Parses the value and stores it (or reports what is wrong). path is the key as messages name
+  // it: "threads", "timeouts.connect", "routes[2].prefix".
+  void (*load)(config_internal::Loader& loader, const config_internal::Entry& entry, const std::string& path) =
+      nullptr;
+
+  // "listen", "timeouts.connect", "limits.max_connections", "routes[].prefix".
+  std::string Path() const;
+};
+
+// The whole table, grouped by section in the order top level, timeouts, limits, route; within a
+// section in the order "known keys" messages list them.
+std::span<const ConfigKey> ConfigKeys();
+
+// "" for the top level, else "timeouts", "limits", "routes".
+std::string_view SectionName(KeySection section);
+
+}  // namespace fencing
