@@ -68,21 +68,25 @@ size_t FindHeadEnd(std::string_view data, size_t* scanned) {
   const size_t size = data.size();
   size_t i = *scanned;
   while (i < size) {
-    // The next CR or LF, with two memchr (heads are short, and most bytes are neither).
+    // A line at a time: its LF, then one look for a CR anywhere but just before that LF (heads
+    // are short, most bytes are neither, and memchr is fast).
     const char* lf = static_cast<const char*>(std::memchr(begin + i, '\n', size - i));
-    const size_t lf_at = lf ? static_cast<size_t>(lf - begin) : size;
-    const char* cr = static_cast<const char*>(std::memchr(begin + i, '\r', lf_at - i));
-    if (cr != nullptr) {
+    if (lf == nullptr) {
+      const char* cr = static_cast<const char*>(std::memchr(begin + i, '\r', size - i));
+      if (cr == nullptr) break;
       const size_t cr_at = static_cast<size_t>(cr - begin);
       if (cr_at + 1 == size) {
         *scanned = cr_at;  // its next byte is still to come: look at this CR again then
         return 0;
       }
-      if (begin[cr_at + 1] != '\n') return cr_at + 2;  // a bare CR: the head ends with the byte after it
-      i = cr_at + 1;  // CRLF: the LF is looked at next
-      continue;
+      return cr_at + 2;  // a bare CR (no LF follows it): the head ends with the byte after it
     }
-    if (lf == nullptr) break;
+    const size_t lf_at = static_cast<size_t>(lf - begin);
+    if (lf_at > i + 1) {
+      if (const void* cr = std::memchr(begin + i, '\r', lf_at - 1 - i)) {
+        return static_cast<size_t>(static_cast<const char*>(cr) - begin) + 2;  // a bare CR
+      }
+    }
     if (lf_at == 0 || begin[lf_at - 1] != '\r') return lf_at + 1;  // a bare LF
     // CRLF right after the previous line's CRLF: the empty line.
     if (lf_at >= 2 && begin[lf_at - 2] == '\n') return lf_at + 1;
