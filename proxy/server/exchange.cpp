@@ -97,6 +97,11 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Reconnect(boost::sy
   co_return upstream;
 }
 
+Exchange::Sent Exchange::WriteFailure(bool first_write, size_t written) {
+  // Nothing of the request left the proxy: it cannot have reached the backend.
+  return first_write && written == 0 ? Sent::kRefused : Sent::kFailed;
+}
+
 io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request,
                                                     RequestBody& body, ExchangeResult& result,
                                                     boost::system::error_code& ec) {
@@ -107,7 +112,7 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
     auto [wec, written] = co_await asio::async_write(upstream.socket, piece.buffers(), kTuple);
     if (wec) {
       ec = wec;
-      co_return first && written == 0 ? Sent::kRefused : Sent::kFailed;
+      co_return WriteFailure(first, written);
     }
     first = false;
     if (last) break;
@@ -148,7 +153,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
       GatherWrite piece(request.head, body.data(), body.size(), request.chunked, true);
       auto [wec, written] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
       ec = wec;
-      sent = !wec ? Sent::kOk : written == 0 ? Sent::kRefused : Sent::kFailed;
+      sent = wec ? WriteFailure(true, written) : Sent::kOk;
       result.bytes_in = body.decoder().body_bytes();
     } else {
       sent = co_await SendRequest(*upstream, request, body, result, ec);

@@ -76,6 +76,8 @@ class Exchange {
  private:
   using ResponseParser = std::optional<boost::beast::http::response_parser<boost::beast::http::buffer_body>>;
   enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
+  // What a failed write of the request means for the resend rule.
+  static Sent WriteFailure(bool first_write, size_t written);
   // The response to the client; the connection goes back to the pool when it can be reused.
   io::Awaitable<void> Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
                             ResponseParser& response_parser, ExchangeResult& result);
