@@ -25,6 +25,21 @@ enum class Unmatched { kPass, kReject };
 // for one the proxy checked.
 enum class HeadersWithUnderscores { kDrop, kReject, kAllow };
 
+// Where a keyed route takes the fence key from (contract "Fence keys"). kNone: the route's fence
+// is one fence, as before.
+struct FenceKeySpec {
+  enum class Source { kNone, kPathSegment, kHeader };
+  Source source = Source::kNone;
+  unsigned path_segment = 0;  // kPathSegment: 1 = the first segment after the route's prefix
+  std::string header;         // kHeader: the field name, as written
+  bool keyed() const { return source != Source::kNone; }
+};
+// Whether every lock of a keyed fence draws its tokens from one cluster-wide counter (etcd
+// revisions, ZooKeeper zxids): only then may idle keys be forgotten into a floor.
+enum class TokenOrder { kPerLock, kGlobal };
+// A key is 1-128 bytes of A-Z a-z 0-9 - . _ ~ (http/rules.h IsValidFenceKey).
+inline constexpr size_t kMaxFenceKeyLength = 128;
+
 struct RouteConfig {
   std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)
   std::string prefix;  // starts with '/', no trailing '/' (except "/" itself), unique
@@ -40,6 +55,11 @@ struct RouteConfig {
   // huge token would otherwise fence out every real holder for good. Not applied to a fence's
   // first raise (max 0): there is nothing to measure the jump from.
   uint64_t max_token_jump = 0;
+  // Fence keys: every route naming a keyed fence agrees on these (a config error otherwise).
+  FenceKeySpec fence_key;
+  uint64_t max_keys = 1000000;                  // per fence; a new key beyond it gets 503
+  TokenOrder token_order = TokenOrder::kPerLock;
+  std::chrono::milliseconds forget_idle_keys_after{0};  // 0: never; only with kGlobal
 };
 
 struct Timeouts {

@@ -24,7 +24,9 @@ namespace fencing {
   X(kUnmatched, "unmatched")                  /* no route matched (forwarded, or 404) */                \
   X(kRejectedRequest, "rejected_request")     /* 4xx for the request itself: framing, limits, methods */ \
   X(kRejectedJump, "rejected_jump")           /* 409: a raise further than max_token_jump */            \
-  X(kObservedJump, "observed_jump")           /* observe mode: would have been refused for its jump */
+  X(kObservedJump, "observed_jump")           /* observe mode: would have been refused for its jump */ \
+  X(kRejectedKey, "rejected_key")             /* 400: a keyed route's key missing or malformed */      \
+  X(kRejectedKeyLimit, "rejected_key_limit")  /* 503: a new key beyond the fence's max_keys */
 
 enum class Outcome {
 #define FENCING_OUTCOME_ENUM(name, label) name,

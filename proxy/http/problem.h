@@ -30,6 +30,8 @@ namespace fencing {
   X(kAmbiguousPath, "ambiguous-path", "Ambiguous request path", bad_request)                              \
   X(kUpgradeRefused, "upgrade-refused", "Protocol upgrade refused", bad_request)                          \
   X(kMalformedToken, "malformed-token", "Malformed fencing token", bad_request)                           \
+  X(kMissingFenceKey, "missing-fence-key", "Fence key required", bad_request)                            \
+  X(kBadFenceKey, "bad-fence-key", "Malformed fence key", bad_request)                                   \
   X(kNoRoute, "no-route", "No route", not_found)                                                           \
   X(kMethodNotAllowed, "method-not-allowed", "Method not allowed", method_not_allowed)                    \
   X(kStaleToken, "stale-token", "Stale fencing token", conflict)                                           \
@@ -40,6 +42,7 @@ namespace fencing {
   X(kHeaderTooLarge, "header-too-large", "Request header too large", request_header_fields_too_large)     \
   X(kUpstreamUnavailable, "upstream-unavailable", "Backend unreachable", bad_gateway)                     \
   X(kStateUnavailable, "state-unavailable", "Fence state unavailable", service_unavailable)               \
+  X(kFenceKeyLimit, "fence-key-limit", "Too many fence keys", service_unavailable)                       \
   X(kUpstreamTimeout, "upstream-timeout", "Backend too slow", gateway_timeout)
 
 enum class ProblemType {
@@ -70,6 +73,7 @@ struct Problem {
   std::string detail;      // this occurrence
   std::string_view route;  // empty: omitted
   std::string_view fence;  // empty: omitted
+  std::string_view key;    // the fence key of a keyed route; empty: omitted
   std::optional<uint64_t> token;
   std::optional<uint64_t> max_token;
 };

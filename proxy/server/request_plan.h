@@ -28,6 +28,7 @@ struct RequestPlan {
                                      // (every 400, and CONNECT)
   const RouteRuntime* route = nullptr;  // null: no route matched
   uint64_t token = 0;                // kFence
+  std::string_view key;              // kFence on a keyed route: the fence key (a view into the head)
   std::string_view origin_target;    // path and query to send upstream (views into the head)
   std::string_view host;             // Host to send upstream instead of the client's (an absolute-form
                                      // target's authority, RFC 9112 section 3.2.2); empty: the client's

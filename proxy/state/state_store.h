@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace fencing {
@@ -17,11 +18,24 @@ class FileOps;
 class StateStoreTestPeer;  // tests/unit/state_test.cpp: reaches the fd to inject I/O failures
 
 struct FenceRecord {
+  enum class Kind {
+    kSetMax,     // key empty: the fence's max (a keyed fence's floor). Else: the key's max.
+    kForgetKey,  // the key is dropped and token folded into the fence's floor (FORMAT.md)
+  };
+  FenceRecord() = default;
+  FenceRecord(std::string fence_name, uint64_t max, std::string key_name = {}, Kind record_kind = Kind::kSetMax)
+      : fence(std::move(fence_name)), token(max), key(std::move(key_name)), kind(record_kind) {}
   std::string fence;  // [a-z0-9_-]{1,64}
   uint64_t token = 0;
+  std::string key;    // empty: the fence itself; else 1-128 bytes of A-Z a-z 0-9 - . _ ~
+  Kind kind = Kind::kSetMax;
 };
 
+// fence -> its max; for a keyed fence, the floor its unknown keys start at.
 using FenceMaxima = std::map<std::string, uint64_t>;
+// fence -> (key -> the key's max), for the fences that have keys.
+using KeyMaxima = std::unordered_map<std::string, uint64_t>;
+using FenceKeyMaxima = std::map<std::string, KeyMaxima, std::less<>>;
 
 // When the log is compacted: both bounds must be passed (FORMAT.md "Compaction").
 struct CompactionPolicy {

@@ -29,10 +29,14 @@ StateWriter::~StateWriter() {
 }
 
 void StateWriter::Submit(std::string fence, uint64_t token, Done done) {
+  Submit(FenceRecord{std::move(fence), token}, std::move(done));
+}
+
+void StateWriter::Submit(FenceRecord record, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!exited_) {
-      queue_.push_back(Pending{FenceRecord{std::move(fence), token}, std::move(done)});
+      queue_.push_back(Pending{std::move(record), std::move(done)});
       cv_.notify_one();
       return;
     }

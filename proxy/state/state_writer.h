@@ -31,6 +31,7 @@ class StateWriter {
   ~StateWriter();  // stops the thread after completing everything already submitted
 
   void Submit(std::string fence, uint64_t token, Done done);
+  void Submit(FenceRecord record, Done done);  // a key's max, or a key forgotten
   bool failed() const;
   // Completed compactions; safe from any thread.
   uint64_t compaction_count() const { return compactions_.load(std::memory_order_relaxed); }

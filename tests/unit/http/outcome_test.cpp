@@ -29,6 +29,8 @@ TEST(OutcomeTest, EachOutcomeHasItsContractLabel) {
       {Outcome::kRejectedRequest, "rejected_request"},
       {Outcome::kRejectedJump, "rejected_jump"},
       {Outcome::kObservedJump, "observed_jump"},
+      {Outcome::kRejectedKey, "rejected_key"},
+      {Outcome::kRejectedKeyLimit, "rejected_key_limit"},
   };
   EXPECT_EQ(std::size(expected), static_cast<size_t>(Outcome::kCount)) << "a new outcome needs a row here";
   for (const auto& [outcome, label] : expected) EXPECT_EQ(OutcomeName(outcome), label);
