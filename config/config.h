@@ -38,7 +38,6 @@ struct FenceKeySpec {
 // revisions, ZooKeeper zxids): only then may idle keys be forgotten into a floor.
 enum class TokenOrder { kPerLock, kGlobal };
 // A key is 1-128 bytes of A-Z a-z 0-9 - . _ ~ (http/rules.h IsValidFenceKey).
-inline constexpr size_t kMaxFenceKeyLength = 128;
 
 struct RouteConfig {
   std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)

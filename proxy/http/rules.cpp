@@ -36,4 +36,8 @@ bool IsValidName(std::string_view name) {
   return !name.empty() && name.size() <= kMaxNameLength && std::all_of(name.begin(), name.end(), IsNameChar);
 }
 
+bool IsValidFenceKey(std::string_view key) {
+  return !key.empty() && key.size() <= kMaxFenceKeyLength && std::all_of(key.begin(), key.end(), IsFenceKeyChar);
+}
+
 }  // namespace fencing

@@ -47,4 +47,16 @@ inline constexpr size_t kMaxNameLength = 64;
 constexpr bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
 bool IsValidName(std::string_view name);
 
+// ---- fence keys: 1-kMaxFenceKeyLength bytes of RFC 3986 unreserved characters
+// (A-Z a-z 0-9 - . _ ~). Never percent-decoded: '%' is not a key character, so one key has one
+// spelling. Written into the state file beside its fence's name.
+
+inline constexpr size_t kMaxFenceKeyLength = 128;
+
+constexpr bool IsFenceKeyChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+         c == '_' || c == '~';
+}
+bool IsValidFenceKey(std::string_view key);
+
 }  // namespace fencing

@@ -109,5 +109,16 @@ TEST(HopByHopTest, TheRFC9110ListByEnumAndByName) {
   EXPECT_FALSE(IsHopByHop(boost::beast::http::field::unknown));
 }
 
+TEST(RulesTest, FenceKeysAreUnreservedCharactersAndNeverPercentEncoded) {
+  EXPECT_TRUE(IsValidFenceKey("tenant-42"));
+  EXPECT_TRUE(IsValidFenceKey("A.b_c~D-9"));
+  EXPECT_TRUE(IsValidFenceKey(std::string(kMaxFenceKeyLength, 'k')));
+  EXPECT_FALSE(IsValidFenceKey(""));
+  EXPECT_FALSE(IsValidFenceKey(std::string(kMaxFenceKeyLength + 1, 'k')));
+  for (std::string_view bad : {"a%2fb", "a/b", "a b", "a;b", "a:b", "caf\xc3\xa9", "a\tb", "a+b", "a@b"}) {
+    EXPECT_FALSE(IsValidFenceKey(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace fencing
