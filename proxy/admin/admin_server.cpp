@@ -3,6 +3,7 @@
 #include "admin/metrics.h"
 #include "common/log.h"
 #include "fence/fence_registry.h"
+#include "http/rules.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -15,6 +16,8 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+
+#include <optional>
 
 namespace fencing {
 
@@ -56,6 +59,14 @@ http::response<http::string_body> Answer(const http::request<http::string_body>&
   } else if (path == "/fences") {
     res.set(http::field::content_type, "application/json");
     res.body() = FencesJson(registry);
+  } else if (path.starts_with("/fences/")) {
+    res.set(http::field::content_type, "application/json");
+    std::string_view target = req.target();
+    size_t question = target.find('?');
+    std::string_view query = question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+    http::status status = http::status::ok;
+    res.body() = FenceJson(registry, path.substr(std::string_view("/fences/").size()), query, &status);
+    res.result(status);
   } else {
     res.result(http::status::not_found);
     res.set(http::field::content_type, "text/plain");
@@ -100,18 +111,95 @@ asio::awaitable<void> AcceptAdmin(tcp::acceptor& acceptor, Metrics& metrics, Fen
 
 }  // namespace
 
+namespace {
+
+// One fence (or one key of a keyed fence) as /fences shows it.
+void PutSnapshot(const FenceSnapshot& snapshot, boost::json::object& out) {
+  out["max_token"] = snapshot.max_token;
+  if (snapshot.pending) {
+    out["pending"] = snapshot.pending;
+  } else {
+    out["pending"] = nullptr;
+  }
+  out["inflight"] = snapshot.inflight;
+  out["waiting"] = snapshot.waiting;
+}
+
+// A keyed fence: its counts and floor, never its keys (a million of them).
+void PutKeyed(const KeyedFenceSnapshot& keys, boost::json::object& out) {
+  out["keyed"] = true;
+  out["keys"] = keys.keys;
+  out["active_keys"] = keys.active;
+  out["floor"] = keys.floor;
+  out["max_keys"] = keys.max_keys;
+  out["keys_forgotten"] = keys.forgotten;
+}
+
+std::string Error(std::string_view message) {
+  boost::json::object doc;
+  doc["error"] = message;
+  return boost::json::serialize(doc) + "\n";
+}
+
+}  // namespace
+
+std::string FenceJson(const FenceRegistry& registry, std::string_view name, std::string_view query,
+                      http::status* status) {
+  std::optional<std::string_view> key;
+  if (!query.empty()) {
+    if (!query.starts_with("key=") || query.find('&') != std::string_view::npos) {
+      *status = http::status::bad_request;
+      return Error("the only query is key=KEY");
+    }
+    key = query.substr(4);
+    if (!IsValidFenceKey(*key)) {
+      *status = http::status::bad_request;
+      return Error("a fence key is 1-128 bytes of A-Z a-z 0-9 - . _ ~");
+    }
+  }
+  for (const auto& entry : registry.Snapshot()) {
+    if (entry.name != name) continue;
+    boost::json::object doc;
+    doc["fence"] = entry.name;
+    if (!key) {
+      if (entry.keys) {
+        PutKeyed(*entry.keys, doc);
+      } else {
+        doc["keyed"] = false;
+        PutSnapshot(entry.snapshot, doc);
+      }
+      return boost::json::serialize(doc) + "\n";
+    }
+    doc["key"] = *key;
+    const FenceKeys* keyed = registry.FindKeyed(name);
+    if (!keyed) {
+      *status = http::status::not_found;
+      doc["error"] = entry.keys ? "no route uses this keyed fence since the start" : "this fence has no keys";
+      return boost::json::serialize(doc) + "\n";
+    }
+    if (std::optional<FenceSnapshot> snapshot = keyed->Find(*key)) {
+      PutSnapshot(*snapshot, doc);
+      return boost::json::serialize(doc) + "\n";
+    }
+    // Unknown: it would start at the floor.
+    *status = http::status::not_found;
+    doc["known"] = false;
+    doc["floor"] = keyed->floor();
+    return boost::json::serialize(doc) + "\n";
+  }
+  *status = http::status::not_found;
+  return Error("no such fence");
+}
+
 std::string FencesJson(const FenceRegistry& registry) {
   boost::json::object fences;
   for (const auto& entry : registry.Snapshot()) {
     boost::json::object fence;
-    fence["max_token"] = entry.snapshot.max_token;
-    if (entry.snapshot.pending) {
-      fence["pending"] = entry.snapshot.pending;
+    if (entry.keys) {
+      PutKeyed(*entry.keys, fence);
     } else {
-      fence["pending"] = nullptr;
+      PutSnapshot(entry.snapshot, fence);
     }
-    fence["inflight"] = entry.snapshot.inflight;
-    fence["waiting"] = entry.snapshot.waiting;
     fences[entry.name] = std::move(fence);
   }
   boost::json::object doc;

@@ -8,6 +8,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/status.hpp>
 
 #include <functional>
 #include <string>
@@ -39,5 +40,9 @@ class AdminServer {
 
 // The /fences document: {"fences": {"NAME": {"max_token", "pending", "inflight", "waiting"}}}.
 std::string FencesJson(const FenceRegistry& registry);
+// /fences/NAME and /fences/NAME?key=KEY: one fence, or one key of a keyed fence (404 with the
+// floor for a key it does not hold). *status: 200, 400 (bad query) or 404.
+std::string FenceJson(const FenceRegistry& registry, std::string_view name, std::string_view query,
+                      boost::beast::http::status* status);
 
 }  // namespace fencing

@@ -32,6 +32,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                    .Name("fencing_proxy_upstream_request_seconds")
                                    .Help("Time from forwarding a request to the end of the backend's response.")
                                    .Register(*registry_);
+  fence_keys_ = &BuildGauge()
+                     .Name("fencing_proxy_fence_keys")
+                     .Help("Keys a keyed fence holds (0 for a fence without keys); keys are never labels.")
+                     .Register(*registry_);
+  fence_keys_forgotten_total_ = &BuildCounter()
+                                     .Name("fencing_proxy_fence_keys_forgotten_total")
+                                     .Help("Idle keys forgotten into their fence's floor (forget_idle_keys_after).")
+                                     .Register(*registry_);
   max_token_ = &BuildGauge()
                     .Name("fencing_proxy_max_token")
                     .Help("Highest durable fencing token per fence (a float64: exact up to 2^53).")
@@ -120,7 +128,9 @@ const FenceMetrics& Metrics::ForFence(std::string_view fence) {
   std::string name(fence);
   auto metrics = std::make_unique<FenceMetrics>(&max_token_->Add({{"fence", name}}),
                                                 &token_raises_total_->Add({{"fence", name}}),
-                                                &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets));
+                                                &raise_wait_seconds_->Add({{"fence", name}}, kLatencyBuckets),
+                                                &fence_keys_->Add({{"fence", name}}),
+                                                &fence_keys_forgotten_total_->Add({{"fence", name}}));
   return *fences_.emplace(std::move(name), std::move(metrics)).first->second;
 }
 

@@ -33,16 +33,21 @@ struct RouteMetrics {
 };
 
 struct FenceMetrics final : FenceObserver {
-  FenceMetrics(prometheus::Gauge* m, prometheus::Counter* r, prometheus::Histogram* w)
-      : max_token(m), raises(r), raise_wait_seconds(w) {}
-  prometheus::Gauge* max_token;
+  FenceMetrics(prometheus::Gauge* m, prometheus::Counter* r, prometheus::Histogram* w, prometheus::Gauge* k,
+               prometheus::Counter* f)
+      : max_token(m), raises(r), raise_wait_seconds(w), keys(k), keys_forgotten(f) {}
+  prometheus::Gauge* max_token;  // keyed: the highest max of any key
   prometheus::Counter* raises;
   prometheus::Histogram* raise_wait_seconds;
+  prometheus::Gauge* keys;  // 0 for an unkeyed fence: every fence has the series
+  prometheus::Counter* keys_forgotten;
 
   // A float64 gauge: exact up to 2^53, which the metric's help says.
   void MaxToken(uint64_t value) const override { max_token->Set(static_cast<double>(value)); }
   void Raised() const override { raises->Increment(); }
   void RaiseWaited(double seconds) const override { raise_wait_seconds->Observe(seconds); }
+  void Keys(uint64_t count) const override { keys->Set(static_cast<double>(count)); }
+  void KeysForgotten(uint64_t count) const override { keys_forgotten->Increment(static_cast<double>(count)); }
 };
 
 class Metrics final : public FenceRegistryObserver {
@@ -74,6 +79,8 @@ class Metrics final : public FenceRegistryObserver {
   prometheus::Family<prometheus::Histogram>* upstream_request_seconds_;
   prometheus::Family<prometheus::Gauge>* max_token_;
   prometheus::Family<prometheus::Counter>* token_raises_total_;
+  prometheus::Family<prometheus::Gauge>* fence_keys_;
+  prometheus::Family<prometheus::Counter>* fence_keys_forgotten_total_;
   prometheus::Family<prometheus::Histogram>* raise_wait_seconds_;
   prometheus::Histogram* state_sync_seconds_;
   prometheus::Gauge* connections_;

@@ -140,4 +140,14 @@ FenceSnapshot Fence::Snapshot() const {
   return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size()};
 }
 
+bool Fence::Idle() const {
+  std::lock_guard lock(mu_);
+  return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty();
+}
+
+uint64_t Fence::max_token() const {
+  std::lock_guard lock(mu_);
+  return max_token_;
+}
+
 }  // namespace fencing

@@ -29,6 +29,7 @@ enum class Admission {
   kStale,     // reject with 409; max_token says what to report
   kFailed,    // the state store has failed: reject with 503, fenced writes are off
   kTooFar,    // a raise further above the max than the route allows: reject with 409
+  kKeyLimit,  // (FenceKeys only, never a Fence) a new key beyond max_keys: reject with 503
 };
 
 struct AdmitResult {
@@ -92,6 +93,10 @@ class Fence {
   bool Abandon(RaiseWaiter& waiter);
 
   FenceSnapshot Snapshot() const;
+  // Nothing admitted, pending, being written or waiting: the fence is its max and nothing more
+  // (a keyed fence may fold it back into a slot, fence_keys.h).
+  bool Idle() const;
+  uint64_t max_token() const;
 
  private:
   struct Wakeup {

@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace fencing {
@@ -14,28 +15,85 @@ double SteadySeconds() {
 }  // namespace
 
 FenceRegistry::FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer)
-    : writer_(writer), observer_(observer) {
+    : FenceRegistry(maxima, FenceKeyMaxima{}, writer, observer) {}
+
+FenceRegistry::FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, StateWriter& writer,
+                             FenceRegistryObserver& observer)
+    : writer_(writer), observer_(observer), unclaimed_keys_(std::move(keys)) {
   FencePersister& persister = *this;
   for (const auto& [name, max_token] : maxima) {
+    if (unclaimed_keys_.contains(name)) {
+      unclaimed_floors_[name] = max_token;  // keyed: whether it stays keyed is the routes' to say
+      continue;
+    }
     fences_.emplace(name, std::make_unique<Fence>(name, max_token, persister, state_failed_, SteadySeconds,
                                                   &observer_.ForFence(name)));
   }
 }
 
+FenceRegistry::~FenceRegistry() { StopSweeper(); }
+
 Fence& FenceRegistry::GetOrCreate(std::string_view name) {
   std::lock_guard lock(mu_);
   if (auto it = fences_.find(name); it != fences_.end()) return *it->second;
+  // A fence that was keyed and is not any more: nothing its keys accepted may pass again.
+  uint64_t max_token = 0;
+  if (auto it = unclaimed_keys_.find(name); it != unclaimed_keys_.end()) {
+    max_token = unclaimed_floors_[it->first];
+    for (const auto& [key, key_max] : it->second) max_token = std::max(max_token, key_max);
+    unclaimed_floors_.erase(it->first);
+    unclaimed_keys_.erase(it);
+  }
+  if (auto it = keyed_.find(name); it != keyed_.end()) max_token = std::max(max_token, it->second->Highest());
   std::string key(name);
   FencePersister& persister = *this;
-  auto fence = std::make_unique<Fence>(key, 0, persister, state_failed_, SteadySeconds, &observer_.ForFence(key));
+  auto fence = std::make_unique<Fence>(key, max_token, persister, state_failed_, SteadySeconds, &observer_.ForFence(key));
   return *fences_.emplace(std::move(key), std::move(fence)).first->second;
+}
+
+FenceKeys& FenceRegistry::GetOrCreateKeyed(std::string_view name, const KeySettings& settings) {
+  std::lock_guard lock(mu_);
+  if (auto it = keyed_.find(name); it != keyed_.end()) return *it->second;
+  std::string fence_name(name);
+  uint64_t floor = 0;
+  KeyMaxima keys;
+  if (auto it = unclaimed_keys_.find(name); it != unclaimed_keys_.end()) {
+    keys = std::move(it->second);
+    unclaimed_keys_.erase(it);
+    floor = unclaimed_floors_[fence_name];
+    unclaimed_floors_.erase(fence_name);
+  }
+  if (auto it = fences_.find(name); it != fences_.end()) {
+    // It was one fence: its max is where every key starts. No route uses the unkeyed fence
+    // (a change of fence_key is a restart), so it goes.
+    floor = std::max(floor, it->second->max_token());
+    fences_.erase(it);
+  }
+  KeyPersister& persister = *this;
+  auto keyed = std::make_unique<FenceKeys>(fence_name, floor, std::move(keys), settings, persister, state_failed_,
+                                           SteadySeconds, &observer_.ForFence(fence_name));
+  return *keyed_.emplace(std::move(fence_name), std::move(keyed)).first->second;
+}
+
+FenceKeys* FenceRegistry::FindKeyed(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  auto it = keyed_.find(name);
+  return it == keyed_.end() ? nullptr : it->second.get();
 }
 
 std::vector<FenceRegistry::Entry> FenceRegistry::Snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<Entry> entries;
-  entries.reserve(fences_.size());
-  for (const auto& [name, fence] : fences_) entries.push_back({name, fence->Snapshot()});
+  entries.reserve(fences_.size() + keyed_.size() + unclaimed_keys_.size());
+  for (const auto& [name, fence] : fences_) entries.push_back({name, fence->Snapshot(), std::nullopt});
+  for (const auto& [name, keyed] : keyed_) entries.push_back({name, {}, keyed->Snapshot()});
+  for (const auto& [name, keys] : unclaimed_keys_) {
+    KeyedFenceSnapshot unclaimed;
+    unclaimed.keys = keys.size();
+    if (auto it = unclaimed_floors_.find(name); it != unclaimed_floors_.end()) unclaimed.floor = it->second;
+    entries.push_back({name, {}, unclaimed});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
   return entries;
 }
 
@@ -50,6 +108,46 @@ void FenceRegistry::Persist(Fence& fence, uint64_t token) {
     if (!ok) MarkStateFailed("a raise could not be made durable (fence " + fence.name() + ")");
     fence.OnPersisted(token, ok);
   });
+}
+
+void FenceRegistry::PersistKey(FenceRecord record, std::function<void(bool ok)> done) {
+  std::string what = "fence " + record.fence + ", key " + record.key;
+  writer_.Submit(std::move(record), [this, what = std::move(what), done = std::move(done)](bool ok) {
+    if (!ok) MarkStateFailed("a key's record could not be made durable (" + what + ")");
+    done(ok);
+  });
+}
+
+void FenceRegistry::Sweep() {
+  std::vector<FenceKeys*> keyed;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, fence] : keyed_) keyed.push_back(fence.get());
+  }
+  const double now = SteadySeconds();
+  for (FenceKeys* fence : keyed) fence->Sweep(now);
+}
+
+void FenceRegistry::StartSweeper(std::chrono::milliseconds period) {
+  StopSweeper();
+  sweeper_stop_ = false;
+  sweeper_ = std::thread([this, period] {
+    std::unique_lock lock(sweeper_mu_);
+    while (!sweeper_cv_.wait_for(lock, period, [this] { return sweeper_stop_; })) {
+      lock.unlock();
+      Sweep();
+      lock.lock();
+    }
+  });
+}
+
+void FenceRegistry::StopSweeper() {
+  {
+    std::lock_guard lock(sweeper_mu_);
+    sweeper_stop_ = true;
+  }
+  sweeper_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
 }
 
 }  // namespace fencing

@@ -1,29 +1,44 @@
 #pragma once
 // Every fence the proxy knows: those in the state file (kept even when no route names them any
-// more) and those the routes name. Raises are made durable through the StateWriter.
+// more) and those the routes name, unkeyed (one Fence) or keyed (FenceKeys: one Fence per key).
+// Raises are made durable through the StateWriter.
 
 #include "fence/fence.h"
+#include "fence/fence_keys.h"
 #include "fence/fence_observer.h"
 #include "state/state_writer.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace fencing {
 
-class FenceRegistry : private FencePersister {
+class FenceRegistry : private FencePersister, private KeyPersister {
  public:
-  // maxima: as replayed from the state file. writer: where raises go. observer: the metrics.
+  // maxima, keys: as replayed from the state file (keys consumed). writer: where raises go.
+  // observer: the metrics.
   FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer);
+  FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, StateWriter& writer, FenceRegistryObserver& observer);
+  ~FenceRegistry();
 
-  // The fence named `name`, created at max_token 0 if new. Pointers stay valid for the
-  // registry's lifetime (fences are never removed: a fence's max must outlive its routes).
+  // The unkeyed fence named `name`, created if new: at its max from the state file, or (a fence
+  // that was keyed) the highest max of its floor and keys. References stay valid for the
+  // registry's lifetime (a fence's max must outlive its routes).
   Fence& GetOrCreate(std::string_view name);
+  // The keyed fence named `name`, created if new, with these settings (those of its first
+  // creation stay: config makes a change of them a restart). A fence that was unkeyed keeps its
+  // max as the floor of its keys. Same lifetime.
+  FenceKeys& GetOrCreateKeyed(std::string_view name, const KeySettings& settings);
+  FenceKeys* FindKeyed(std::string_view name) const;
 
   // False once a state write or sync has failed: fenced writes are refused, /readyz fails.
   bool healthy() const { return !state_failed_.load(std::memory_order_acquire); }
@@ -31,20 +46,36 @@ class FenceRegistry : private FencePersister {
   // compaction's): every fenced write is refused from now on. Idempotent, any thread.
   void MarkStateFailed(std::string_view why);
 
+  // Every keyed fence's Sweep (fence_keys.h), now; and a thread that does it every period.
+  void Sweep();
+  void StartSweeper(std::chrono::milliseconds period);
+
   struct Entry {
     std::string name;
-    FenceSnapshot snapshot;
+    FenceSnapshot snapshot;                 // unkeyed
+    std::optional<KeyedFenceSnapshot> keys;  // keyed (snapshot unused)
   };
   std::vector<Entry> Snapshot() const;
 
  private:
   void Persist(Fence& fence, uint64_t token) override;
+  void PersistKey(FenceRecord record, std::function<void(bool ok)> done) override;
+  void StopSweeper();
 
   StateWriter& writer_;
   FenceRegistryObserver& observer_;
   std::atomic<bool> state_failed_{false};
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Fence>, std::less<>> fences_;
+  std::map<std::string, std::unique_ptr<FenceKeys>, std::less<>> keyed_;
+  // Keyed fences of the state file that no route has asked for yet: floor and keys, as replayed.
+  FenceMaxima unclaimed_floors_;
+  FenceKeyMaxima unclaimed_keys_;
+
+  std::mutex sweeper_mu_;
+  std::condition_variable sweeper_cv_;
+  bool sweeper_stop_ = false;
+  std::thread sweeper_;
 };
 
 }  // namespace fencing

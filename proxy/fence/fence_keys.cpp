@@ -1,0 +1,247 @@
+#include "fence/fence_keys.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace fencing {
+
+FenceKeys::PackedKey::PackedKey(std::string_view key) : data_(new char[key.size() + 1]) {
+  data_[0] = static_cast<char>(static_cast<unsigned char>(key.size()));  // keys are at most 128 bytes
+  std::memcpy(data_ + 1, key.data(), key.size());
+}
+
+FenceKeys::PackedKey& FenceKeys::PackedKey::operator=(PackedKey&& other) noexcept {
+  if (this != &other) {
+    delete[] data_;
+    data_ = other.data_;
+    other.data_ = nullptr;
+  }
+  return *this;
+}
+
+void FenceKeys::KeyObserver::MaxToken(uint64_t max_token) const {
+  // Only ever upwards: the gauge is the highest max of any key.
+  uint64_t seen = highest_.load(std::memory_order_relaxed);
+  while (max_token > seen) {
+    if (highest_.compare_exchange_weak(seen, max_token, std::memory_order_relaxed)) {
+      if (fence_) fence_->MaxToken(max_token);
+      return;
+    }
+  }
+}
+
+void FenceKeys::KeyObserver::Raised() const {
+  if (fence_) fence_->Raised();
+}
+
+void FenceKeys::KeyObserver::RaiseWaited(double seconds) const {
+  if (fence_) fence_->RaiseWaited(seconds);
+}
+
+FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettings settings, KeyPersister& persister,
+                     const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer)
+    : name_(std::move(name)),
+      settings_(settings),
+      persister_(persister),
+      state_failed_(state_failed),
+      clock_(std::move(clock)),
+      observer_(observer),
+      key_observer_(observer),
+      started_(clock_()),
+      floor_(floor) {
+  uint64_t highest = floor;
+  for (Shard& shard : shards_) shard.map.reserve(keys.size() / kShards + keys.size() / (4 * kShards));
+  for (auto it = keys.begin(); it != keys.end(); it = keys.erase(it)) {
+    const auto& [key, max] = *it;
+    Shard& shard = ShardFor(Hash()(key));
+    shard.map.emplace(PackedKey(key), Slot{max, nullptr, 0, false});
+    highest = std::max(highest, max);
+  }
+  uint64_t count = 0;
+  for (const Shard& shard : shards_) count += shard.map.size();
+  count_.store(count, std::memory_order_relaxed);
+  key_observer_.MaxToken(highest);
+  if (observer_) {
+    if (highest == 0) observer_->MaxToken(0);
+    observer_->Keys(count);
+  }
+}
+
+FenceKeys::~FenceKeys() {
+  for (Shard& shard : shards_) {
+    for (Active* active : shard.active) delete active;
+  }
+}
+
+uint32_t FenceKeys::Tick(double now) const {
+  double since = now - started_;
+  return since <= 0 ? 0 : static_cast<uint32_t>(std::min(since, 4e9));
+}
+
+KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token) {
+  const size_t hash = Hash()(key);
+  Shard& shard = ShardFor(hash);
+  std::lock_guard lock(shard.mu);
+  auto it = shard.map.find(key);
+  if (it == shard.map.end()) {
+    const uint64_t floor = floor_.load(std::memory_order_acquire);
+    // Unknown: a token below the floor is stale, and creates nothing.
+    if (token < floor) return {FenceRef(), Admission::kStale, floor};
+    if (count_.load(std::memory_order_relaxed) >= settings_.max_keys) {
+      return {FenceRef(), Admission::kKeyLimit, floor};
+    }
+    it = shard.map.emplace(PackedKey(key), Slot{floor, nullptr, 0, false}).first;
+    uint64_t count = count_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (observer_) observer_->Keys(count);
+  }
+  Slot& slot = it->second;
+  Active* active = slot.active ? slot.active : Activate(key, slot, shard);
+  slot.last_used = Tick(clock_());
+  slot.forgetting = false;
+  active->pins.fetch_add(1, std::memory_order_relaxed);
+  return {FenceRef(&active->fence, &active->pins), Admission::kAdmitted, 0};
+}
+
+FenceKeys::Active* FenceKeys::Activate(std::string_view key, Slot& slot, Shard& shard) {
+  FencePersister& persister = *this;
+  auto* active = new Active(std::string(key), slot.max, persister, state_failed_, clock_, &key_observer_);
+  slot.active = active;
+  shard.active.push_back(active);
+  return active;
+}
+
+void FenceKeys::Persist(Fence& fence, uint64_t token) {
+  // The Fence is busy (persisting) until OnPersisted, so no sweep folds it back meanwhile.
+  persister_.PersistKey(FenceRecord(name_, token, fence.name()),
+                        [&fence, token](bool ok) { fence.OnPersisted(token, ok); });
+}
+
+bool FenceKeys::Idle(const Active& active) {
+  // pins first: a request pins under the shard lock (held by the caller), so once no one pins,
+  // no one can start to use the Fence; then the Fence's own state (a raise being written, or
+  // waiters being woken, keep it busy).
+  return active.pins.load(std::memory_order_acquire) == 0 && active.fence.Idle();
+}
+
+std::optional<FenceSnapshot> FenceKeys::Find(std::string_view key) const {
+  const Shard& shard = ShardFor(Hash()(key));
+  std::lock_guard lock(shard.mu);
+  auto it = shard.map.find(key);
+  if (it == shard.map.end()) return std::nullopt;
+  if (it->second.active) return it->second.active->fence.Snapshot();
+  FenceSnapshot snapshot;
+  snapshot.max_token = it->second.max;
+  return snapshot;
+}
+
+KeyedFenceSnapshot FenceKeys::Snapshot() const {
+  KeyedFenceSnapshot snapshot;
+  for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    snapshot.active += shard.active.size();
+  }
+  snapshot.keys = count_.load(std::memory_order_relaxed);
+  snapshot.floor = floor();
+  snapshot.forgotten = forgotten_.load(std::memory_order_relaxed);
+  snapshot.max_keys = settings_.max_keys;
+  return snapshot;
+}
+
+uint64_t FenceKeys::Highest() const {
+  uint64_t highest = floor();
+  for (const Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    for (const auto& [key, slot] : shard.map) {
+      highest = std::max(highest, slot.active ? slot.active->fence.max_token() : slot.max);
+    }
+  }
+  return highest;
+}
+
+void FenceKeys::Sweep(double now) {
+  const uint32_t now_tick = Tick(now);
+  for (Shard& shard : shards_) {
+    std::vector<ForgetCandidate> candidates;
+    {
+      std::lock_guard lock(shard.mu);
+      FoldBack(shard, now_tick);
+      if (settings_.forget_idle_after.count() > 0) candidates = ForgetCandidates(shard, now_tick);
+    }
+    Forget(std::move(candidates));
+  }
+}
+
+void FenceKeys::FoldBack(Shard& shard, uint32_t now_tick) {
+  // The Fences idle for a while go back into their slots (a key in steady use keeps its Fence,
+  // so the request path does not allocate for it).
+  for (size_t i = 0; i < shard.active.size();) {
+    Active* active = shard.active[i];
+    auto it = shard.map.find(std::string_view(active->fence.name()));
+    if (it != shard.map.end() && uint64_t(it->second.last_used) + kFoldAfterSeconds <= now_tick && Idle(*active)) {
+      it->second.max = active->fence.max_token();
+      it->second.active = nullptr;
+      delete active;
+      shard.active[i] = shard.active.back();
+      shard.active.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+std::vector<FenceKeys::ForgetCandidate> FenceKeys::ForgetCandidates(Shard& shard, uint32_t now_tick) {
+  const uint64_t idle_ticks = static_cast<uint64_t>(std::ceil(settings_.forget_idle_after.count() / 1000.0));
+  std::vector<ForgetCandidate> candidates;
+  for (auto& [key, slot] : shard.map) {
+    if (slot.forgetting || uint64_t(slot.last_used) + idle_ticks > now_tick) continue;
+    if (slot.active && !Idle(*slot.active)) continue;
+    slot.forgetting = true;  // until the record is durable; a request clears it
+    candidates.push_back({std::string(key.view()), slot.active ? slot.active->fence.max_token() : slot.max});
+  }
+  return candidates;
+}
+
+void FenceKeys::Forget(std::vector<ForgetCandidate> candidates) {
+  // Outside the shard lock (the persister may answer at once). A raise of the key that reaches
+  // the file before this record is folded into the floor with it (FORMAT.md "Keys"), so the
+  // order of the two records does not matter.
+  for (ForgetCandidate& c : candidates) {
+    FenceRecord record(name_, c.max, c.key, FenceRecord::Kind::kForgetKey);
+    persister_.PersistKey(std::move(record),
+                          [this, key = std::move(c.key), max = c.max](bool ok) { OnForgotten(key, max, ok); });
+  }
+}
+
+void FenceKeys::OnForgotten(const std::string& key, uint64_t max, bool ok) {
+  if (!ok) return;  // the state file failed: every fenced write is refused from now on
+  // The record is durable: the floor holds the key's max, in the file as here.
+  uint64_t floor = floor_.load(std::memory_order_relaxed);
+  while (max > floor && !floor_.compare_exchange_weak(floor, max, std::memory_order_acq_rel)) {
+  }
+  Shard& shard = ShardFor(Hash()(key));
+  std::lock_guard lock(shard.mu);
+  auto it = shard.map.find(std::string_view(key));
+  if (it == shard.map.end()) return;
+  Slot& slot = it->second;
+  // Used again since it was chosen: it stays known. Its max then is the one forgotten (the floor
+  // holds it) or a raise that the file has after the forget record.
+  if (!slot.forgetting || (slot.active && !Idle(*slot.active))) {
+    slot.forgetting = false;
+    return;
+  }
+  if (slot.active) {
+    shard.active.erase(std::find(shard.active.begin(), shard.active.end(), slot.active));
+    delete slot.active;
+  }
+  shard.map.erase(it);
+  uint64_t count = count_.fetch_sub(1, std::memory_order_relaxed) - 1;
+  forgotten_.fetch_add(1, std::memory_order_relaxed);
+  if (observer_) {
+    observer_->Keys(count);
+    observer_->KeysForgotten(1);
+  }
+}
+
+}  // namespace fencing

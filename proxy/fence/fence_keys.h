@@ -1,0 +1,246 @@
+#pragma once
+// A keyed fence: one Fence per key (per object, tenant, partition: one lock, one key), up to a
+// million keys and more. Each key is a fence in full (fence.h): its own max, pending raise,
+// admitted writes and drain barrier, so a raise on one key never waits for another key's writes.
+//
+// Memory is what decides the shape. A key without traffic is its bytes plus 8 bytes of max (and
+// the hash table's overhead); the Fence machinery (mutex, waiters, counters) exists only for keys
+// that are in use, and a sweep folds an idle one back:
+//
+//   lookup of a key        state                          on the request path
+//   ---------------------  -----------------------------  ----------------------------------------
+//   known, active          Slot + Fence                   one shard lock, one hash lookup, no allocation
+//   known, idle            Slot {max}                     the Fence is made again from max (allocates)
+//   unknown, token < floor nothing is created             stale at once (the floor is the max)
+//   unknown, at max_keys   nothing is created             kKeyLimit: 503, fail closed
+//   unknown, else          Slot {max = floor} + Fence     counts toward max_keys from now on
+//
+// The floor: every unknown key starts at it. It is the fence's max from before it was keyed, and,
+// with forgetting (token_order: global only), the highest max of any key forgotten. A key is
+// forgotten only once a durable record says so (FenceRecord::kForgetKey folds its max, and any
+// max of the key before the record in the file, into the floor), so no restart and no later
+// request can see it lower.
+//
+// Lifetime: a FenceRef pins its key's Fence; the sweep never folds a pinned or busy Fence back.
+
+#include "fence/fence.h"
+#include "fence/fence_observer.h"
+#include "state/state_store.h"
+
+#include <boost/unordered/unordered_flat_map.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencing {
+
+class FenceKeys;
+
+// A Fence held for one request: the key's Fence cannot be folded back while a FenceRef to it
+// exists. For an unkeyed fence it is a plain pointer. Move-only.
+class FenceRef {
+ public:
+  FenceRef() = default;
+  explicit FenceRef(Fence* fence) : fence_(fence) {}
+  FenceRef(Fence* fence, std::atomic<uint32_t>* pins) : fence_(fence), pins_(pins) {}
+  ~FenceRef() { reset(); }
+  FenceRef(FenceRef&& other) noexcept : fence_(other.fence_), pins_(other.pins_) {
+    other.fence_ = nullptr;
+    other.pins_ = nullptr;
+  }
+  FenceRef& operator=(FenceRef&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fence_ = other.fence_;
+      pins_ = other.pins_;
+      other.fence_ = nullptr;
+      other.pins_ = nullptr;
+    }
+    return *this;
+  }
+  FenceRef(const FenceRef&) = delete;
+  FenceRef& operator=(const FenceRef&) = delete;
+
+  Fence* get() const { return fence_; }
+  Fence& operator*() const { return *fence_; }
+  Fence* operator->() const { return fence_; }
+  explicit operator bool() const { return fence_ != nullptr; }
+  void reset() {
+    if (pins_) pins_->fetch_sub(1, std::memory_order_release);
+    fence_ = nullptr;
+    pins_ = nullptr;
+  }
+
+ private:
+  Fence* fence_ = nullptr;
+  std::atomic<uint32_t>* pins_ = nullptr;
+};
+
+// Makes a key's record durable; done(ok) exactly once, on any thread, possibly before returning.
+class KeyPersister {
+ public:
+  virtual void PersistKey(FenceRecord record, std::function<void(bool ok)> done) = 0;
+
+ protected:
+  ~KeyPersister() = default;
+};
+
+struct KeySettings {
+  uint64_t max_keys = 1000000;
+  // 0: never forget. Only for token_order: global (config rejects it otherwise).
+  std::chrono::milliseconds forget_idle_after{0};
+};
+
+struct KeyLookup {
+  FenceRef fence;  // set when the key is (now) known: ask it as an unkeyed route asks its fence
+  // Without a fence: kStale (an unknown key below the floor; max_token is the floor) or
+  // kKeyLimit (a new key at max_keys).
+  Admission refusal = Admission::kAdmitted;
+  uint64_t max_token = 0;
+};
+
+struct KeyedFenceSnapshot {
+  uint64_t keys = 0;
+  uint64_t active = 0;  // keys with their Fence made (traffic lately)
+  uint64_t floor = 0;
+  uint64_t forgotten = 0;  // since start
+  uint64_t max_keys = 0;
+};
+
+class FenceKeys : private FencePersister {
+ public:
+  using Clock = Fence::Clock;
+
+  // keys: as replayed from the state file (consumed). observer may be null.
+  FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettings settings, KeyPersister& persister,
+            const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer);
+  ~FenceKeys();
+  FenceKeys(const FenceKeys&) = delete;
+  FenceKeys& operator=(const FenceKeys&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // The request path: the key's Fence, pinned, made if need be (table above). token decides
+  // only whether an unknown key is worth creating.
+  KeyLookup Acquire(std::string_view key, uint64_t token);
+
+  // Read-only (admin): the key's snapshot, or nullopt for a key the fence does not hold.
+  std::optional<FenceSnapshot> Find(std::string_view key) const;
+  KeyedFenceSnapshot Snapshot() const;
+  uint64_t floor() const { return floor_.load(std::memory_order_acquire); }
+  // The highest max of the floor and every key (a scan: for a fence that stops being keyed).
+  uint64_t Highest() const;
+
+  // Folds idle Fences back into their slots, and (with forgetting) submits the keys idle for
+  // forget_idle_after to be forgotten. Cheap when nothing is active; called every second or so.
+  // now: the clock's seconds.
+  void Sweep(double now);
+
+ private:
+  // A key's bytes in one allocation (length byte first): 8 bytes in the table.
+  class PackedKey {
+   public:
+    explicit PackedKey(std::string_view key);
+    ~PackedKey() { delete[] data_; }
+    PackedKey(PackedKey&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
+    PackedKey& operator=(PackedKey&& other) noexcept;
+    PackedKey(const PackedKey&) = delete;
+    PackedKey& operator=(const PackedKey&) = delete;
+    std::string_view view() const {
+      return {data_ + 1, static_cast<unsigned char>(data_[0])};
+    }
+
+   private:
+    char* data_;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const noexcept { return std::hash<std::string_view>()(key); }
+    size_t operator()(const PackedKey& key) const noexcept { return (*this)(key.view()); }
+  };
+  struct Equal {
+    using is_transparent = void;
+    static std::string_view View(std::string_view key) { return key; }
+    static std::string_view View(const PackedKey& key) { return key.view(); }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      return View(a) == View(b);
+    }
+  };
+  // A key's Fence while it is in use, and the requests holding it.
+  struct Active {
+    Active(std::string key, uint64_t max, FencePersister& persister, const std::atomic<bool>& state_failed,
+           Clock clock, const FenceObserver* observer)
+        : fence(std::move(key), max, persister, state_failed, std::move(clock), observer) {}
+    Fence fence;
+    std::atomic<uint32_t> pins{0};
+  };
+  struct Slot {
+    uint64_t max;            // durable; while active, the Fence's max is the live one
+    Active* active;          // owned; null for an idle key
+    uint32_t last_used;      // whole seconds since the FenceKeys was made (forgetting)
+    bool forgetting;         // its forget record is on its way to the disk
+  };
+  using Map = boost::unordered_flat_map<PackedKey, Slot, Hash, Equal>;
+  static constexpr size_t kShards = 64;  // unrelated keys rarely share a lock
+  static constexpr uint64_t kFoldAfterSeconds = 2;  // unused this long, an idle Fence is folded back
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    Map map;
+    std::vector<Active*> active;  // the slots with a Fence, for the sweep
+  };
+  // Reports a key's raises to the fence's observer: a key's max is no label value, so the
+  // fence's max_token gauge shows the highest max of any key.
+  class KeyObserver final : public FenceObserver {
+   public:
+    explicit KeyObserver(const FenceObserver* fence) : fence_(fence) {}
+    void MaxToken(uint64_t max_token) const override;
+    void Raised() const override;
+    void RaiseWaited(double seconds) const override;
+
+   private:
+    const FenceObserver* fence_;
+    mutable std::atomic<uint64_t> highest_{0};
+  };
+
+  // A key's Fence asks for its raise here (its name is the key): a key record.
+  void Persist(Fence& fence, uint64_t token) override;
+  Shard& ShardFor(size_t hash) { return shards_[hash >> 58]; }
+  const Shard& ShardFor(size_t hash) const { return shards_[hash >> 58]; }
+  Active* Activate(std::string_view key, Slot& slot, Shard& shard);
+  uint32_t Tick(double now) const;
+  static bool Idle(const Active& active);
+  struct ForgetCandidate {
+    std::string key;
+    uint64_t max;
+  };
+  // With the shard's lock held.
+  void FoldBack(Shard& shard, uint32_t now_tick);
+  std::vector<ForgetCandidate> ForgetCandidates(Shard& shard, uint32_t now_tick);
+  void Forget(std::vector<ForgetCandidate> candidates);
+  void OnForgotten(const std::string& key, uint64_t max, bool ok);
+
+  const std::string name_;
+  const KeySettings settings_;
+  KeyPersister& persister_;
+  const std::atomic<bool>& state_failed_;
+  const Clock clock_;
+  const FenceObserver* observer_;
+  KeyObserver key_observer_;
+  const double started_;
+  std::atomic<uint64_t> floor_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> forgotten_{0};
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace fencing
