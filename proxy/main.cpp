@@ -27,6 +27,8 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 // The fallback check of the route file's content, for file systems where inotify sees nothing.
 constexpr auto kConfigPollInterval = std::chrono::seconds(5);
+// How often keyed fences fold idle keys back and look for keys to forget.
+constexpr auto kFenceSweepInterval = std::chrono::seconds(1);
 
 void PrintConfigErrors(const ConfigResult& result) {
   for (const ConfigError& error : result.errors) std::cerr << error.ToString() << "\n";
@@ -86,7 +88,11 @@ int RunProxy(const std::string& config_path) {
     LogError("cannot open the state file; not starting", {{"error", s.message()}});
     return kExitFailure;
   }
-  const size_t fences_at_start = store->maxima().size();  // read now: the writer owns the store from here
+  // Read now: the writer owns the store from here. The keys move out of the store (at a million
+  // keys the registry holds the only copy in memory).
+  const FenceMaxima maxima = store->maxima();
+  FenceKeyMaxima keys;
+  const size_t fences_at_start = maxima.size();
 
   Metrics metrics;
   std::unique_ptr<FenceRegistry> registry;
@@ -97,7 +103,8 @@ int RunProxy(const std::string& config_path) {
         metrics.state_compactions(ok).Increment();
         if (!ok && writer->failed()) registry->MarkStateFailed("a compaction could not be made durable");
       });
-  registry = std::make_unique<FenceRegistry>(store->maxima(), *writer, metrics);
+  registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *writer, metrics);
+  registry->StartSweeper(kFenceSweepInterval);
   auto server = std::make_unique<ProxyServer>(config, *registry, metrics);
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});

@@ -26,7 +26,13 @@ std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const P
   std::vector<RouteRuntime> routes;
   routes.reserve(config->routes.size());
   for (const RouteConfig& route : config->routes) {
-    routes.push_back(RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name)});
+    if (route.fence_key.keyed()) {
+      KeySettings settings{route.max_keys, route.forget_idle_keys_after};
+      routes.push_back(RouteRuntime{&route, nullptr, &metrics_.ForRoute(route.name),
+                                    &registry_.GetOrCreateKeyed(route.fence, settings)});
+    } else {
+      routes.push_back(RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name)});
+    }
   }
   return std::make_shared<Runtime>(std::move(config), std::move(routes), &metrics_.ForRoute(kNoRouteLabel));
 }

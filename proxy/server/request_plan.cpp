@@ -240,6 +240,14 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
                      std::to_string(max_token) + "; if the lock service really moved that far, raise the fence "
                      "with 'fencing-proxy state set'");
       return;
+    case Admission::kKeyLimit:
+      // Fail closed, observe mode too: the cap keeps the proxy's memory, and a key it cannot
+      // hold is a write it cannot fence.
+      plan.problem.max_token.reset();
+      RejectWith(plan, Outcome::kRejectedKeyLimit, ProblemType::kFenceKeyLimit,
+                 "the fence holds max_keys (" + std::to_string(plan.route->config->max_keys) +
+                     ") keys: a new key is refused until keys are forgotten or max_keys is raised");
+      return;
     case Admission::kFailed:
     case Admission::kWaiting:
       plan.problem.max_token.reset();

@@ -6,6 +6,7 @@
 #include "http/ascii.h"
 #include "config/config.h"
 #include "fence/fence.h"
+#include "fence/fence_keys.h"
 #include "routing/route_table.h"
 
 #include <memory>
@@ -16,8 +17,9 @@ namespace fencing {
 
 struct RouteRuntime {
   const RouteConfig* config;
-  Fence* fence;
+  Fence* fence;  // unkeyed route: its fence; null for a keyed one
   const RouteMetrics* metrics;
+  FenceKeys* keys = nullptr;  // keyed route (config->fence_key): one Fence per key
 
   // Compared ignoring case: methods are case-sensitive in HTTP, but a backend that upper-cases
   // them would apply "put" as PUT, so "put" is fenced like PUT.

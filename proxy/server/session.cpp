@@ -109,6 +109,18 @@ class AdmissionGuard {
   const RouteMetrics& metrics_;
 };
 
+// The fence a fenced request asks: the route's, or (keyed route) its key's, made if new and
+// pinned for the request. A key the fence cannot take (a new one at max_keys, or an unknown one
+// below the floor) is decided here like any other refusal.
+FenceRef AcquireFence(RequestPlan& plan) {
+  if (plan.action != RequestPlan::Action::kFence) return {};
+  const RouteRuntime& route = *plan.route;
+  if (!route.keys) return FenceRef(route.fence);
+  KeyLookup found = route.keys->Acquire(plan.key, plan.token);
+  if (!found.fence) ApplyAdmission(plan, found.refusal, found.max_token);
+  return std::move(found.fence);
+}
+
 }  // namespace
 
 Session::Session(Worker& worker, io::Socket socket) : worker_(worker), socket_(std::move(socket)) {
@@ -274,12 +286,21 @@ io::Awaitable<bool> Session::ServeOne() {
   RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
   const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
   body.Feed(buffer_, keep);
+  // The fence this request asks: the route's, or its key's.
+  FenceRef fence = AcquireFence(plan);
+  if (plan.action == RequestPlan::Action::kReject) {  // a key the fence cannot take
+    metrics.Count(plan.outcome);
+    BodyDecoder rest = body.decoder();
+    keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
+    if (config.access_log) LogAccess(&parser, &plan);
+    co_return keep_alive;
+  }
   const bool fenced = plan.action == RequestPlan::Action::kFence;
   if (!body.complete() && !body.failed()) {
     if (fenced) {
       // Refused on the head, before 100 Continue and before the body is read.
       // (observe mode forwards what would be refused: it is asked once the body is in)
-      AdmitResult check = plan.route->fence->Check(plan.token, plan.route->config->max_token_jump);
+      AdmitResult check = fence->Check(plan.token, plan.route->config->max_token_jump);
       if (check.admission != Admission::kAdmitted && plan.route->config->mode != FenceMode::kObserve) {
         ApplyAdmission(plan, check.admission, check.max_token);
         metrics.Count(plan.outcome);
@@ -314,14 +335,14 @@ io::Awaitable<bool> Session::ServeOne() {
   Fence* admitted = nullptr;
   if (plan.action == RequestPlan::Action::kFence) {
     // Most requests carry the current max: decided here, without a waiter or a coroutine.
-    AdmitResult result = plan.route->fence->AdmitWithoutWaiting(plan.token, plan.route->config->max_token_jump);
+    AdmitResult result = fence->AdmitWithoutWaiting(plan.token, plan.route->config->max_token_jump);
     uint64_t max_token = result.max_token;
     Admission admission = result.admission;
     if (admission == Admission::kWaiting) {
-      admission = co_await WaitForRaise(*plan.route->fence, plan.token, plan.route->config->max_token_jump,
-                                        &max_token, config.timeouts.request);
+      admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
+                                        config.timeouts.request);
     }
-    if (admission == Admission::kAdmitted) admitted = plan.route->fence;
+    if (admission == Admission::kAdmitted) admitted = fence.get();
     ApplyAdmission(plan, admission, max_token);
   }
   if (plan.action == RequestPlan::Action::kReject) {

@@ -84,6 +84,7 @@ const char* Name(Admission a) {
     case Admission::kStale: return "stale";
     case Admission::kFailed: return "failed";
     case Admission::kTooFar: return "too far";
+    case Admission::kKeyLimit: return "key limit";
   }
   return "?";
 }
@@ -633,7 +634,8 @@ class Schedule {
           break;
         case Admission::kWaiting:
         case Admission::kTooFar:  // only ever a direct answer, and only with a max_jump
-          Check(false, "resolved as waiting or too far");
+        case Admission::kKeyLimit:  // a keyed fence's answer, never a Fence's
+          Check(false, "resolved as waiting, too far or key limit");
           break;
       }
     };
@@ -666,6 +668,9 @@ class Schedule {
         break;
       case Admission::kTooFar:
         Check(false, "too far without a max_jump");
+        break;
+      case Admission::kKeyLimit:
+        Check(false, "a Fence answered with the key limit");
         break;
     }
   }
