@@ -46,7 +46,7 @@ struct FenceMetrics final : FenceObserver {
   void MaxToken(uint64_t value) const override { max_token->Set(static_cast<double>(value)); }
   void Raised() const override { raises->Increment(); }
   void RaiseWaited(double seconds) const override { raise_wait_seconds->Observe(seconds); }
-  void Keys(uint64_t count) const override { keys->Set(static_cast<double>(count)); }
+  void KeysChanged(int64_t delta) const override { keys->Increment(static_cast<double>(delta)); }
   void KeysForgotten(uint64_t count) const override { keys_forgotten->Increment(static_cast<double>(count)); }
 };
 

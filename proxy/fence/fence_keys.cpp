@@ -65,7 +65,7 @@ FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettin
   key_observer_.MaxToken(highest);
   if (observer_) {
     if (highest == 0) observer_->MaxToken(0);
-    observer_->Keys(count);
+    observer_->KeysChanged(static_cast<int64_t>(count));
   }
 }
 
@@ -89,12 +89,13 @@ KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token) {
     const uint64_t floor = floor_.load(std::memory_order_acquire);
     // Unknown: a token below the floor is stale, and creates nothing.
     if (token < floor) return {FenceRef(), Admission::kStale, floor};
-    if (count_.load(std::memory_order_relaxed) >= settings_.max_keys) {
+    // Taken before the key is made, so that shards racing for the last places never pass it.
+    if (count_.fetch_add(1, std::memory_order_relaxed) >= settings_.max_keys) {
+      count_.fetch_sub(1, std::memory_order_relaxed);
       return {FenceRef(), Admission::kKeyLimit, floor};
     }
     it = shard.map.emplace(PackedKey(key), Slot{floor, nullptr, 0, false}).first;
-    uint64_t count = count_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (observer_) observer_->Keys(count);
+    if (observer_) observer_->KeysChanged(1);
   }
   Slot& slot = it->second;
   Active* active = slot.active ? slot.active : Activate(key, slot, shard);
@@ -162,12 +163,20 @@ uint64_t FenceKeys::Highest() const {
 
 void FenceKeys::Sweep(double now) {
   const uint32_t now_tick = Tick(now);
+  // Looking for keys to forget reads every key: a tenth of forget_idle_keys_after apart (1 s to
+  // 1 min), so a key is forgotten at most ~10% late, and a million keys cost little.
+  bool forget = false;
+  if (settings_.forget_idle_after.count() > 0 && now_tick >= next_forget_scan_) {
+    forget = true;
+    const uint64_t idle_seconds = static_cast<uint64_t>(settings_.forget_idle_after.count() / 1000);
+    next_forget_scan_ = now_tick + static_cast<uint32_t>(std::clamp<uint64_t>(idle_seconds / 10, 1, 60));
+  }
   for (Shard& shard : shards_) {
     std::vector<ForgetCandidate> candidates;
     {
       std::lock_guard lock(shard.mu);
       FoldBack(shard, now_tick);
-      if (settings_.forget_idle_after.count() > 0) candidates = ForgetCandidates(shard, now_tick);
+      if (forget) candidates = ForgetCandidates(shard, now_tick);
     }
     Forget(std::move(candidates));
   }
@@ -236,10 +245,10 @@ void FenceKeys::OnForgotten(const std::string& key, uint64_t max, bool ok) {
     delete slot.active;
   }
   shard.map.erase(it);
-  uint64_t count = count_.fetch_sub(1, std::memory_order_relaxed) - 1;
+  count_.fetch_sub(1, std::memory_order_relaxed);
   forgotten_.fetch_add(1, std::memory_order_relaxed);
   if (observer_) {
-    observer_->Keys(count);
+    observer_->KeysChanged(-1);
     observer_->KeysForgotten(1);
   }
 }

@@ -141,8 +141,8 @@ class FenceKeys : private FencePersister {
   uint64_t Highest() const;
 
   // Folds idle Fences back into their slots, and (with forgetting) submits the keys idle for
-  // forget_idle_after to be forgotten. Cheap when nothing is active; called every second or so.
-  // now: the clock's seconds.
+  // forget_idle_after to be forgotten. Cheap when nothing is active; called every second or so,
+  // from one thread at a time. now: the clock's seconds.
   void Sweep(double now);
 
  private:
@@ -240,6 +240,7 @@ class FenceKeys : private FencePersister {
   std::atomic<uint64_t> floor_;
   std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> forgotten_{0};
+  uint32_t next_forget_scan_ = 0;  // Sweep's only (one sweeper)
   std::array<Shard, kShards> shards_;
 };
 

@@ -15,8 +15,9 @@ class FenceObserver {
   virtual void MaxToken(uint64_t max_token) const = 0;  // the durable max: at the start and after each raise
   virtual void Raised() const = 0;                       // one raise became durable
   virtual void RaiseWaited(double seconds) const = 0;    // how long a raise waited for older writes
-  // A keyed fence's (fence_keys.h): how many keys it holds now, and keys forgotten.
-  virtual void Keys(uint64_t /*count*/) const {}
+  // A keyed fence's (fence_keys.h): keys it now holds more (or, negative, fewer), and keys
+  // forgotten. Deltas, so that reports from several threads add up whatever their order.
+  virtual void KeysChanged(int64_t /*delta*/) const {}
   virtual void KeysForgotten(uint64_t /*count*/) const {}
 
  protected:

@@ -91,7 +91,7 @@ class CountingObserver : public FenceObserver {
   void MaxToken(uint64_t m) const override { max_token = m; }
   void Raised() const override { ++raises; }
   void RaiseWaited(double) const override {}
-  void Keys(uint64_t count) const override { keys = count; }
+  void KeysChanged(int64_t delta) const override { keys += static_cast<uint64_t>(delta); }
   void KeysForgotten(uint64_t count) const override { forgotten += count; }
   mutable std::atomic<uint64_t> max_token{0}, raises{0}, keys{0}, forgotten{0};  // reported from any thread
 };
