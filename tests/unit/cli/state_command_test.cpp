@@ -111,7 +111,7 @@ TEST_F(StateCommandTest, ShowWorksBesideARunningProxy) {
 }
 
 TEST_F(StateCommandTest, ShowReportsCorruptionWithTheOffset) {
-  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}, {std::string(60, 'z'), 4}});
   std::string data = ReadBytes(path_);
   data[kHeaderSize + 8] ^= 0x10;  // inside the first record
   {
@@ -228,7 +228,7 @@ TEST_F(StateCommandTest, SetOnAMissingFileCreatesNothing) {
 }
 
 TEST_F(StateCommandTest, SetRefusesACorruptFile) {
-  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}, {std::string(60, 'z'), 4}});
   std::string data = ReadBytes(path_);
   data[kHeaderSize] ^= 0x01;
   {
