@@ -241,24 +241,30 @@ uint64_t SnapshotKeyBytes(const FenceKeyMaxima& keys) {
 
 void ApplyRecord(const FenceRecord& record, FenceMaxima* maxima, FenceKeyMaxima* keys) {
   uint64_t& fence_max = (*maxima)[record.fence];  // a key record makes its fence exist (floor 0)
-  // A fence's own max and a forget's fold into the floor.
-  if (record.key.empty() || record.kind == FenceRecord::Kind::kForgetKey) fence_max = std::max(fence_max, record.token);
-  ApplyKeyRecord(record, keys);
+  // A fence's own max folds into the floor, and so does a forgotten key's (its record's token and
+  // whatever the key reached before it in the file).
+  if (record.key.empty()) fence_max = std::max(fence_max, record.token);
+  fence_max = std::max(fence_max, ApplyKeyRecord(record, keys));
 }
 
-void ApplyKeyRecord(const FenceRecord& record, FenceKeyMaxima* keys) {
-  if (record.key.empty()) return;
+uint64_t ApplyKeyRecord(const FenceRecord& record, FenceKeyMaxima* keys) {
+  if (record.key.empty()) return 0;
   auto it = keys->find(record.fence);
   if (record.kind == FenceRecord::Kind::kForgetKey) {
+    uint64_t folded = record.token;
     if (it != keys->end()) {
-      it->second.erase(record.key);
+      if (auto key_it = it->second.find(record.key); key_it != it->second.end()) {
+        folded = std::max(folded, key_it->second);
+        it->second.erase(key_it);
+      }
       if (it->second.empty()) keys->erase(it);
     }
-    return;
+    return folded;
   }
   if (it == keys->end()) it = keys->try_emplace(record.fence).first;
   auto [key_it, inserted] = it->second.try_emplace(record.key, record.token);
   if (!inserted) key_it->second = std::max(key_it->second, record.token);
+  return 0;
 }
 
 namespace {

@@ -96,8 +96,9 @@ struct ReplayResult {
 ReplayResult ReplayRecords(std::string_view file);
 // Applies one decoded record to the maps, as replay does (FORMAT.md "Replay").
 void ApplyRecord(const FenceRecord& record, FenceMaxima* maxima, FenceKeyMaxima* keys);
-// Its key part only (nothing for a record without a key).
-void ApplyKeyRecord(const FenceRecord& record, FenceKeyMaxima* keys);
+// Its key part only (nothing for a record without a key). Returns what a forget folds into the
+// floor (its token and the key's max so far); 0 for any other record.
+uint64_t ApplyKeyRecord(const FenceRecord& record, FenceKeyMaxima* keys);
 // Replays [0, end) of an open file, read in slices of kReplaySliceBytes with pread, into
 // *result: the header is checked (an error names path), then the records as ReplayRecords does.
 inline constexpr size_t kReplaySliceBytes = 1 << 20;

@@ -267,8 +267,9 @@ Status StateStore::AppendAndSync(const std::vector<FenceRecord>& records) {
   for (const FenceRecord& record : records) {
     // A key record makes its fence exist; a forget folds into the floor (FORMAT.md "Replay").
     const bool fence_part = record.key.empty() || record.kind == FenceRecord::Kind::kForgetKey;
-    NoteMaximum(record.fence, fence_part ? record.token : 0);
-    if (!keys_taken_) ApplyKeyRecord(record, &key_maxima_);
+    uint64_t folded = fence_part ? record.token : 0;
+    if (!keys_taken_) folded = std::max(folded, ApplyKeyRecord(record, &key_maxima_));
+    NoteMaximum(record.fence, folded);
   }
   return Status::Ok();
 }

@@ -156,6 +156,23 @@ TEST(StateKeysFormat, ReplayKeepsEachKeysMaxSinceItsLastForget) {
   EXPECT_EQ(keys.at("c"), 2u);
 }
 
+// The proxy submits a forget after it chose the key, so a raise of that key can reach the file
+// just before the forget: the forget folds the raise into the floor instead of erasing it.
+TEST(StateKeysFormat, AForgetFoldsWhatTheKeyReachedBeforeItIntoTheFloor) {
+  std::string file = EncodeHeader();
+  for (const FenceRecord& r : std::vector<FenceRecord>{
+           {"objects", 5},
+           Key("objects", "k", 10),
+           Key("objects", "k", 60),     // the raise that raced the forget
+           Forget("objects", "k", 10),  // chose k at 10
+       }) {
+    EncodeRecord(r, &file);
+  }
+  const ReplayResult r = ReplayRecords(file);
+  EXPECT_EQ(r.maxima, (FenceMaxima{{"objects", 60}}));
+  EXPECT_TRUE(r.key_maxima.empty());
+}
+
 TEST(StateKeysFormat, TornKeyRecordAtTheEndIsATornTailAtEveryCut) {
   std::string file = EncodeHeader();
   EncodeRecord(Key("f", "a", 1), &file);
