@@ -28,14 +28,6 @@ const char* KeyProblem(std::string_view key, bool case_insensitive) {
   return nullptr;
 }
 
-constexpr bool IsOws(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view TrimOws(std::string_view value) {
-  while (!value.empty() && IsOws(value.front())) value.remove_prefix(1);
-  while (!value.empty() && IsOws(value.back())) value.remove_suffix(1);
-  return value;
-}
-
 }  // namespace
 
 FenceKeyResult PathSegmentKey(unsigned segment, std::string_view prefix, bool case_insensitive, std::string_view path) {

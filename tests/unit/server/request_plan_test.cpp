@@ -440,8 +440,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "missing-fence-key", ""},
         KeyCase{"path key missing, trailing slash", "PUT", "/objects/?k=1", kToken10, Action::kReject,
                 Outcome::kRejectedKey, "missing-fence-key", ""},
-        KeyCase{"path key percent-encoded", "PUT", "/objects/k%31", kToken10, Action::kReject, Outcome::kRejectedKey,
+        KeyCase{"path key percent-encoded", "PUT", "/objects/k%20", kToken10, Action::kReject, Outcome::kRejectedKey,
                 "bad-fence-key", ""},
+        // An encoded unreserved character is refused by the path check, before any key.
+        KeyCase{"path key with an encoded unreserved character", "PUT", "/objects/k%31", kToken10, Action::kReject,
+                Outcome::kRejectedPath, "ambiguous-path", ""},
         KeyCase{"path key with a parameter", "PUT", "/objects/k1;v=2/part", kToken10, Action::kReject,
                 Outcome::kRejectedKey, "bad-fence-key", ""},
         KeyCase{"path key too long", "PUT", "/objects/" + std::string(129, 'k'), kToken10, Action::kReject,
