@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,8 @@ struct PathCase {
   FenceKeyStatus status;
   std::string_view key;  // kOk
 };
+
+void PrintTo(const PathCase& c, std::ostream* os) { *os << c.prefix << " " << c.segment << " " << c.path; }
 
 class PathSegmentKeyTest : public testing::TestWithParam<PathCase> {};
 
