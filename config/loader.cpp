@@ -534,7 +534,8 @@ class Loader {
   }
 
   // The key settings of one route, on their own: they describe a fence's keys, so they need a
-  // fence_key; and forgetting needs one cluster-wide counter.
+  // fence_key; and forgetting needs one cluster-wide counter. The route stays in the later checks
+  // (it is complete), so a disagreement with another route is reported in the same round.
   void CheckKeySettings(const std::string& where) {
     const RouteConfig& route = route_.route;
     if (!route_.fence_key_written) {
@@ -546,7 +547,6 @@ class Loader {
         if (!at) continue;
         Error(*at, where + "." + name + ": only for a keyed route; add fence_key ({path_segment: N} or "
                                         "{header: NAME}) to take a fence key from each request");
-        route_.ok = false;
       }
       return;
     }
@@ -556,7 +556,6 @@ class Loader {
                     "fence's floor, which is safe only when every lock's tokens come from one cluster-wide "
                     "counter (etcd revisions, ZooKeeper zxids); with per-lock counters such as Consul's "
                     "LockIndex a forgotten lock's next token can be lower than its last one");
-      route_.ok = false;
     }
   }
 

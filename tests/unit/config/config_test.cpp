@@ -606,6 +606,19 @@ TEST(ConfigTest, FenceKeysLoad) {
   EXPECT_EQ(c.routes[2].forget_idle_keys_after.count(), 0);
 }
 
+// A route with a key setting in error still takes part in the agreement check: both problems
+// are reported in one round.
+TEST(ConfigTest, KeySettingErrorsAndDisagreementsInOneRound) {
+  const std::string text = kKeyedA + "    forget_idle_keys_after: 720h\n"
+                           "  - name: b\n    prefix: /b\n    fence: a\n";
+  const ConfigResult r = ParseConfig(text, "f.yaml");
+  ASSERT_EQ(r.errors.size(), 2u) << DumpErrors(r);
+  EXPECT_EQ(r.errors[0].line, 7);
+  EXPECT_NE(r.errors[0].message.find("needs token_order: global"), std::string::npos);
+  EXPECT_EQ(r.errors[1].line, 8);
+  EXPECT_NE(r.errors[1].message.find("keyed on route 'a' (line 4) but not keyed here"), std::string::npos);
+}
+
 TEST(ConfigTest, KeyHeaderWithUnderscoreNeedsAllow) {
   const std::string route = kKeyed + "    fence_key: {header: X_Object_Key}\n";
   EXPECT_FALSE(ParseConfig(route, "f.yaml").ok());
