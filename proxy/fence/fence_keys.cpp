@@ -53,11 +53,16 @@ FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettin
       floor_(floor) {
   uint64_t highest = floor;
   for (Shard& shard : shards_) shard.map.reserve(keys.size() / kShards + keys.size() / (4 * kShards));
-  for (auto it = keys.begin(); it != keys.end(); it = keys.erase(it)) {
+  // Each replayed key is freed as soon as it is packed, so that start-up never holds a million
+  // keys twice. (An erase in a flat map returns nothing and leaves the other iterators valid.)
+  for (auto it = keys.begin(); it != keys.end();) {
     const auto& [key, max] = *it;
     Shard& shard = ShardFor(Hash()(key));
     shard.map.emplace(PackedKey(key), Slot{max, nullptr, 0, false});
     highest = std::max(highest, max);
+    auto next = std::next(it);
+    keys.erase(it);
+    it = next;
   }
   uint64_t count = 0;
   for (const Shard& shard : shards_) count += shard.map.size();
