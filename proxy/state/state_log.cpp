@@ -239,10 +239,25 @@ uint64_t SnapshotKeyBytes(const FenceKeyMaxima& keys) {
   return bytes;
 }
 
+namespace {
+
+// The key's max as replayed so far (0 for a key not known).
+uint64_t KeyMaxOf(const FenceKeyMaxima& keys, const FenceRecord& record) {
+  auto fence = keys.find(record.fence);
+  if (fence == keys.end()) return 0;
+  auto key = fence->second.find(record.key);
+  return key == fence->second.end() ? 0 : key->second;
+}
+
+}  // namespace
+
 void ApplyRecord(const FenceRecord& record, FenceMaxima* maxima, FenceKeyMaxima* keys) {
   uint64_t& fence_max = (*maxima)[record.fence];  // a key record makes its fence exist (floor 0)
   // A fence's own max and a forget's fold into the floor.
   if (record.key.empty() || record.kind == FenceRecord::Kind::kForgetKey) fence_max = std::max(fence_max, record.token);
+  // A forget also folds the key's max before it: a raise of the key can reach the file between
+  // the sweep's choice (its token is the max it saw then) and the forget record.
+  if (record.kind == FenceRecord::Kind::kForgetKey) fence_max = std::max(fence_max, KeyMaxOf(*keys, record));
   ApplyKeyRecord(record, keys);
 }
 

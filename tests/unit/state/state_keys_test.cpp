@@ -156,6 +156,32 @@ TEST(StateKeysFormat, ReplayKeepsEachKeysMaxSinceItsLastForget) {
   EXPECT_EQ(keys.at("c"), 2u);
 }
 
+// A sweep chooses an idle key and submits its forget with the max it saw; a request that raises
+// the key in between can reach the file first. The forget must not take that raise with it: the
+// key's max before the record folds into the floor too (fence_keys.h), or a restart would start
+// the key below a token already answered 2xx.
+TEST(StateKeysFormat, ForgetFoldsTheKeysMaxBeforeItIntoTheFloor) {
+  std::string file = EncodeHeader();
+  for (const FenceRecord& r : std::vector<FenceRecord>{
+           Key("objects", "k", 50),
+           Key("objects", "k", 60),      // the raise that overtook the forget
+           Forget("objects", "k", 50),   // the max the sweep saw
+           Key("objects", "j", 40),
+           Forget("objects", "j", 45),   // a forget's own token still counts
+       }) {
+    EncodeRecord(r, &file);
+  }
+  const ReplayResult r = ReplayRecords(file);
+  EXPECT_FALSE(r.torn_tail || r.corrupt) << r.reason;
+  EXPECT_EQ(r.maxima, (FenceMaxima{{"objects", 60}}));
+  EXPECT_TRUE(r.key_maxima.empty());
+
+  std::string only_j = EncodeHeader();
+  EncodeRecord(Key("objects", "j", 40), &only_j);
+  EncodeRecord(Forget("objects", "j", 45), &only_j);
+  EXPECT_EQ(ReplayRecords(only_j).maxima, (FenceMaxima{{"objects", 45}}));
+}
+
 TEST(StateKeysFormat, TornKeyRecordAtTheEndIsATornTailAtEveryCut) {
   std::string file = EncodeHeader();
   EncodeRecord(Key("f", "a", 1), &file);
