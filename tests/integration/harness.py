@@ -224,6 +224,26 @@ def set_max_record(fence, token):
     return struct.pack("<IH", _masked_crc(body), len(body) - 1) + body
 
 
+def key_max_record(fence, key, token):
+    """One KEY_MAX record (format version 2): like SET_MAX with type 2 and the key after the name
+    (u8 length, bytes)."""
+    name, key = fence.encode(), key.encode()
+    body = bytes([2]) + struct.pack("<QB", token, len(name)) + name + bytes([len(key)]) + key
+    return struct.pack("<IH", _masked_crc(body), len(body) - 1) + body
+
+
+def pad_state_file_with_keys(path, target_bytes, fence, keys):
+    """Appends token-0 KEY_MAX records of keys the file already holds (they lower nothing and
+    create no key) until the file reaches target_bytes, to pass the compaction threshold of a
+    keyed fence. The file must be version 2 (a proxy has opened it)."""
+    size = os.path.getsize(path)
+    records = b"".join(key_max_record(fence, k, 0) for k in keys)
+    with open(path, "ab") as f:
+        f.write(records * max(1, (target_bytes - size) // len(records) + 1))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def pad_state_file(path, target_bytes, fences):
     """Appends token-0 records of the fences (they lower nothing: replay keeps the maximum) until
     the file reaches target_bytes, e.g. to pass the size at which the log is compacted."""

@@ -415,6 +415,67 @@ class EtcdEndToEndTest(ProxyTestCase):
                            "counter-example: routes sharing one fence mix two locks' tokens and "
                            "fence out the lock with the lower revisions")
 
+    def test_one_route_one_lock_per_key(self):
+        """Fence keys: one route, one etcd lock per object (fp/.../objects/<key>), the key from
+        the path. The holders of three keys write concurrently, each with the revision it got
+        its own lock at, and none is refused although their revisions interleave; when key 1's
+        holder is deposed (its lease revoked) and a new holder writes with a revision above every
+        other key's, the old holder of key 1 is refused and the other keys' holders, whose
+        revisions are lower, keep writing. The same writes on an unkeyed route would fence the
+        lower revisions out (test_independent_locks_write_to_independent_fences)."""
+        keyed = {"name": "objects", "prefix": "/objects", "fence_key": {"path_segment": 1},
+                 "token_order": "global"}
+        proxy = self.start_proxy({"threads": 2, "timeouts": TIMEOUTS, "routes": [keyed]},
+                                 self.backend, name="keyed")
+        keys = ["obj-1", "obj-2", "obj-3"]
+        holders = {}
+        for key in keys:  # acquired in order: obj-1 has the lowest revision
+            lock = self.lock("objects/" + key, ttl=30)
+            holders[key] = (lock, lock.acquire(timeout=10))
+        errors, statuses = [], {}
+
+        def writer(key, token, n):
+            for i in range(n):
+                try:
+                    statuses.setdefault(key, []).append(proxy.request(
+                        "PUT", "/objects/%s/doc" % key, token, ("%s.%d" % (key, i)).encode())[0])
+                except Exception as e:  # reported below
+                    errors.append("%s: %r" % (key, e))
+
+        def write_all(tokens, n=5):
+            threads = [threading.Thread(target=writer, args=(k, t, n), daemon=True)
+                       for k, t in tokens.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+
+        write_all({k: h[1] for k, h in holders.items()})
+        self.assertEqual(errors, [])
+        self.assertEqual(statuses, {k: [200] * 5 for k in keys},
+                         "holders of different keys write concurrently, none refused")
+
+        old_lock, old_token = holders["obj-1"]
+        old_lock.release()  # deposed: lease revoked, the key under its lock deleted
+        new_token = self.lock("objects/obj-1", ttl=30).acquire(timeout=10)
+        self.assertGreater(new_token, max(h[1] for h in holders.values()))
+        self.assert2xx(proxy.request("PUT", "/objects/obj-1/doc", new_token, b"new holder"),
+                       "obj-1's new holder")
+        statuses.clear()
+        write_all({"obj-2": holders["obj-2"][1], "obj-3": holders["obj-3"][1]}, n=3)
+        late = proxy.request("PUT", "/objects/obj-1/doc", old_token, b"deposed holder")
+        problem = self.assertProblem(late, 409, "obj-1's deposed holder")
+        self.assertEqual((problem.get("key"), problem.get("max_token")), ("obj-1", new_token))
+        self.assertEqual(statuses, {"obj-2": [200] * 3, "obj-3": [200] * 3},
+                         "the other keys' holders (revisions below obj-1's new one) write on")
+        for key in keys:
+            ls.assert_tokens_never_decrease(self, self.backend.records("/objects/%s" % key),
+                                            "key " + key)
+        self.assertEqual(self.backend.request("GET", "/objects/obj-1/doc")[2], b"new holder",
+                         "the backend keeps the new holder's data")
+        status, _, body = proxy.admin("GET", "/fences/objects?key=obj-1")
+        self.assertEqual((status, json.loads(body)["max_token"]), (200, new_token))
+
     def test_max_token_jump_refuses_a_forged_huge_token(self):
         """A route with max_token_jump: a forged token far above the real holders' revisions
         is refused (409, problem type token-jump), never reaches the backend, and does not

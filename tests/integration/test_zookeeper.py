@@ -333,6 +333,75 @@ class ZooKeeperEndToEndTest(ProxyTestCase):
         self.assertEqual(len(self.backend.records("/a/x")) + len(self.backend.records("/b/x")),
                          writes, "every holder's write was applied; no stale one")
 
+    def test_one_route_one_lock_per_key(self):
+        """Fence keys: one route, one kazoo lock per object (lock_root/objects/<key>), the key
+        from a header, the token the lock znode's czxid (one cluster-wide zxid counter). The
+        holders of three keys, each in its own session, write concurrently and none is refused;
+        key 1's holder is deposed (its session ended on the server), the next holder of key 1
+        writes with a czxid above every other key's, the deposed holder is refused, and the other
+        keys' holders write on with their lower czxids."""
+        keyed = {"name": "objects", "prefix": "/objects", "token_order": "global",
+                 "fence_key": {"header": "X-Object"}}
+        proxy = self.start_proxy({"threads": 2, "timeouts": CONFIG["timeouts"],
+                                  "routes": [keyed]}, self.backend, name="keyed")
+        keys = ["obj-1", "obj-2", "obj-3"]
+        holders = {}
+        for key in keys:
+            zk = self.client()
+            lock, token = self.acquire(zk, "objects/" + key)
+            holders[key] = (zk, lock, token)
+        errors, statuses = [], {}
+
+        def put(key, token, body):
+            return proxy.request("PUT", "/objects/doc-" + key, token, body.encode(),
+                                 headers={"X-Object": key})
+
+        def writer(key, token, n):
+            for i in range(n):
+                try:
+                    statuses.setdefault(key, []).append(put(key, token, "%s.%d" % (key, i))[0])
+                except Exception as e:  # reported below
+                    errors.append("%s: %r" % (key, e))
+
+        def write_all(tokens, n):
+            threads = [threading.Thread(target=writer, args=(k, t, n), daemon=True)
+                       for k, t in tokens.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+
+        write_all({k: h[2] for k, h in holders.items()}, 5)
+        self.assertEqual(errors, [])
+        self.assertEqual(statuses, {k: [200] * 5 for k in keys},
+                         "holders of different keys write concurrently, none refused")
+
+        zk_old, _, old_token = holders["obj-1"]
+        zk_new = self.client()
+        lock_new = zk_new.Lock("%s/objects/obj-1" % self.lock_root, "next")
+        got = {}
+        waiter = threading.Thread(target=lambda: got.setdefault(
+            "ok", lock_new.acquire(timeout=20)), daemon=True)
+        waiter.start()
+        self.zookeeper.expire_session(zk_old)  # deposed, and unaware of it
+        waiter.join(20)
+        self.assertTrue(got.get("ok"), "the next holder of obj-1 gets its lock")
+        self.addCleanup(lambda: zk_new.connected and lock_new.release())
+        new_token = fencing_token(zk_new, lock_new)
+        self.assertGreater(new_token, max(h[2] for h in holders.values()))
+        self.assert2xx(put("obj-1", new_token, "new holder"), "obj-1's new holder")
+        statuses.clear()
+        write_all({"obj-2": holders["obj-2"][2], "obj-3": holders["obj-3"][2]}, 3)
+        problem = self.assertProblem(put("obj-1", old_token, "deposed holder"), 409,
+                                     "obj-1's deposed holder")
+        self.assertEqual((problem.get("key"), problem.get("max_token")), ("obj-1", new_token))
+        self.assertEqual(statuses, {"obj-2": [200] * 3, "obj-3": [200] * 3},
+                         "the other keys' holders (czxids below obj-1's new one) write on")
+        for key in keys:
+            ls.assert_tokens_never_decrease(self, self.backend.records("/objects/doc-" + key),
+                                            "key " + key)
+        self.assertEqual(self.backend.request("GET", "/objects/doc-obj-1")[2], b"new holder")
+
 
 if __name__ == "__main__":
     unittest.main()
