@@ -2,9 +2,9 @@
 # The test suite under sanitizers, as CI runs it:
 #   address  ASan+UBSan build in build-asan: the WHOLE suite, unit (ctest) and integration (the
 #            integration tests start the sanitized binary)
-#   thread   TSan build in build-tsan: the concurrency tests (fence_test; state_test,
-#            state_compaction_test and state_fault_test, which drive the StateWriter thread;
-#            integration test_order.py)
+#   thread   TSan build in build-tsan: the concurrency tests (fence_test and fence_keys_test;
+#            state_test, state_compaction_test, state_fault_test and state_keys_test, which drive
+#            the StateWriter and compactor threads; integration test_order.py)
 # Usage: scripts/test-sanitizers.sh [address] [thread]   (default: both, in that order)
 #        CTEST_ARGS="-R Fence" scripts/test-sanitizers.sh address   (a subset of the unit tests)
 #        INTEGRATION_TESTS="test_order" scripts/test-sanitizers.sh address
@@ -113,7 +113,7 @@ for mode in "${modes[@]}"; do
     thread)
       dir=$build_root/build-tsan
       configure "$dir" thread
-      tsan_tests=(fence_test state_test state_compaction_test state_fault_test)
+      tsan_tests=(fence_test fence_keys_test state_test state_compaction_test state_fault_test state_keys_test)
       cmake --build "$dir" -j"$jobs" --target fencing-proxy "${tsan_tests[@]}"
       built=$SECONDS
       # The gtest binaries run whole (one process each is faster than one per test case).
