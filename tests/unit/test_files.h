@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include <stdlib.h>
 
 namespace fencing {
 
@@ -27,5 +30,28 @@ inline void WriteBytes(const std::string& path, const std::string& data) {
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   ASSERT_TRUE(out.good()) << "cannot write " << path;
 }
+
+// A fixture with a fresh directory per test holding the state file's path (nothing created):
+// dir_, path_ (dir_/fences.log) and tmp_ (where a new file or a snapshot is written first).
+class StateDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fp_state_dir_test_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/fences.log";
+    tmp_ = path_ + ".tmp";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Empties the directory (a test that starts over on the same path).
+  void ClearDir() {
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) std::filesystem::remove_all(entry.path());
+  }
+
+  std::string dir_;
+  std::string path_;
+  std::string tmp_;
+};
 
 }  // namespace fencing

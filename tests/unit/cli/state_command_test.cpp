@@ -48,16 +48,8 @@ CommandResult Set(const std::string& file, const std::string& fence, const std::
   return r;
 }
 
-class StateCommandTest : public ::testing::Test {
+class StateCommandTest : public StateDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "fp_state_command_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/fences.log";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void Seed(const std::vector<FenceRecord>& records) {
     std::unique_ptr<StateStore> store;
     Status s = StateStore::Open(path_, {}, &store);
@@ -74,8 +66,6 @@ class StateCommandTest : public ::testing::Test {
     return store ? store->maxima() : FenceMaxima{};
   }
 
-  std::string dir_;
-  std::string path_;
 };
 
 TEST_F(StateCommandTest, ShowPrintsSortedExactJson) {

@@ -49,6 +49,8 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kUnderscoreHeader, {"underscore-header", 400}},
       {ProblemType::kAmbiguousPath, {"ambiguous-path", 400}},
       {ProblemType::kMalformedToken, {"malformed-token", 400}},
+      {ProblemType::kMissingFenceKey, {"missing-fence-key", 400}},
+      {ProblemType::kBadFenceKey, {"bad-fence-key", 400}},
       {ProblemType::kNoRoute, {"no-route", 404}},
       {ProblemType::kMethodNotAllowed, {"method-not-allowed", 405}},
       {ProblemType::kStaleToken, {"stale-token", 409}},
@@ -58,6 +60,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kHeaderTooLarge, {"header-too-large", 431}},
       {ProblemType::kUpstreamUnavailable, {"upstream-unavailable", 502}},
       {ProblemType::kStateUnavailable, {"state-unavailable", 503}},
+      {ProblemType::kFenceKeyLimit, {"fence-key-limit", 503}},
       {ProblemType::kUpstreamTimeout, {"upstream-timeout", 504}},
   };
   for (const auto& [type, want] : expected) {

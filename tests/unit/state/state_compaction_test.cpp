@@ -71,21 +71,8 @@ constexpr size_t kBeforeRename = 7;
 constexpr size_t kBeforeDirSync = 8;
 constexpr size_t kBeforeClose = 9;
 
-class StateCompactionTest : public ::testing::Test {
+class StateCompactionTest : public StateDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "fp_state_compaction_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/fences.log";
-    tmp_ = path_ + ".tmp";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void ClearDir() {
-    for (const auto& entry : fs::directory_iterator(dir_)) fs::remove_all(entry.path());
-  }
-
   Status Open(std::unique_ptr<StateStore>* store, FileOps* ops = nullptr, CompactionPolicy policy = {}) {
     OpenOptions options;
     options.file_ops = ops;
@@ -118,9 +105,6 @@ class StateCompactionTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
-  std::string path_;
-  std::string tmp_;
   uint64_t next_token_ = 0;
 };
 

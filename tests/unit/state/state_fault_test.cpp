@@ -44,20 +44,8 @@ bool SubmitAndWait(StateWriter& writer, const std::string& fence, uint64_t token
   return ok.get();
 }
 
-class StateFaultTest : public ::testing::Test {
+class StateFaultTest : public StateDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "fp_state_fault_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/fences.log";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void ClearDir() {
-    for (const auto& entry : fs::directory_iterator(dir_)) fs::remove_all(entry.path());
-  }
-
   // What a restart on the real file system recovers ({} if it cannot open).
   FenceMaxima Reopen() {
     std::unique_ptr<StateStore> store = MustOpen();
@@ -75,8 +63,6 @@ class StateFaultTest : public ::testing::Test {
     return store;
   }
 
-  std::string dir_;
-  std::string path_;
 };
 
 // ---------------------------------------------------------------- the fault layer itself

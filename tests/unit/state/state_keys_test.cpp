@@ -56,21 +56,8 @@ std::string Describe(const State& s) {
   return out;
 }
 
-class StateKeysTest : public ::testing::Test {
+class StateKeysTest : public StateDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "fp_state_keys_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/fences.log";
-    tmp_ = path_ + ".tmp";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void ClearDir() {
-    for (const auto& entry : fs::directory_iterator(dir_)) fs::remove_all(entry.path());
-  }
-
   std::unique_ptr<StateStore> MustOpen(FileOps* ops = nullptr, CompactionPolicy policy = kManualOnly) {
     OpenOptions options;
     options.file_ops = ops;
@@ -90,9 +77,6 @@ class StateKeysTest : public ::testing::Test {
     return State{store->maxima(), store->key_maxima()};
   }
 
-  std::string dir_;
-  std::string path_;
-  std::string tmp_;
 };
 
 // ---------------------------------------------------------------- format and replay

@@ -82,16 +82,8 @@ std::string KeyPayload(uint64_t token, uint8_t name_size, const std::string& nam
   return p;
 }
 
-class StateTest : public ::testing::Test {
+class StateTest : public StateDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "fp_state_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/fences.log";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   Status Open(std::unique_ptr<StateStore>* store, OpenOptions options = {}) {
     return StateStore::Open(path_, options, store);
   }
@@ -124,8 +116,6 @@ class StateTest : public ::testing::Test {
     return offsets;
   }
 
-  std::string dir_;
-  std::string path_;
 };
 
 // ---------------------------------------------------------------- format
