@@ -146,6 +146,7 @@ int RunProxy(const std::string& config_path) {
   }
   server->Stop();
   admin->Stop();
+  registry->StopSweeper();  // it submits forget records: not to a writer that is gone
   writer.reset();  // completes the raises already submitted; no I/O thread runs to submit more
   LogInfo("stopped");
   // Leave without destroying the sessions still parked on the stopped workers: tearing them down

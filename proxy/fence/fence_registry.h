@@ -49,6 +49,7 @@ class FenceRegistry : private FencePersister, private KeyPersister {
   // Every keyed fence's Sweep (fence_keys.h), now; and a thread that does it every period.
   void Sweep();
   void StartSweeper(std::chrono::milliseconds period);
+  void StopSweeper();  // waits for a sweep under way; also in the destructor
 
   struct Entry {
     std::string name;
@@ -60,7 +61,6 @@ class FenceRegistry : private FencePersister, private KeyPersister {
  private:
   void Persist(Fence& fence, uint64_t token) override;
   void PersistKey(FenceRecord record, std::function<void(bool ok)> done) override;
-  void StopSweeper();
 
   StateWriter& writer_;
   FenceRegistryObserver& observer_;
