@@ -30,10 +30,15 @@ struct ConfigKey {
   // Missing, it is an error: "missing required key 'NAME'" plus " (HINT)" when there is one.
   bool required = false;
   std::string_view required_hint;
-  // Bound to sockets, threads or files at start-up: a reload that changes it is refused.
+  // Bound to sockets, threads or files at start-up (or, for a route key, to a fence's keys): a
+  // reload that changes it is refused.
   bool restart_only = false;
   // For restart-only keys: whether two configurations agree on it.
   bool (*same)(const ProxyConfig& a, const ProxyConfig& b) = nullptr;
+  // For restart-only route keys instead: whether a fence that both configurations have keeps the
+  // setting (every route naming one fence agrees on it, so any of them stands for the fence). A
+  // fence new in the loaded file is free to take any value.
+  bool (*same_fence)(const RouteConfig& a, const RouteConfig& b) = nullptr;
   // Parses the value and stores it (or reports what is wrong). path is the key as messages name
   // it: "threads", "timeouts.connect", "routes[2].prefix".
   void (*load)(config_internal::Loader& loader, const config_internal::Entry& entry, const std::string& path) =

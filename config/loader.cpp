@@ -20,6 +20,7 @@
 #include "config/keys.h"
 #include "config/value_parsers.h"
 #include "http/ascii.h"
+#include "http/rules.h"
 
 namespace fencing {
 namespace {
@@ -339,6 +340,7 @@ class Loader {
     }
     const Position root_at = At(root);
     Walk(root, KeySection::kTop, "", root_at);
+    CheckKeyHeaders(*config);
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
                    top_.backend_at.value_or(root_at));
   }
@@ -449,6 +451,7 @@ class Loader {
       route_ = RouteState{};
       const Position route_at = At(item);
       Walk(item, KeySection::kRoute, where, route_at);
+      CheckKeySettings(where);
       RouteConfig& route = route_.route;
       // A route left without name or prefix is already an error (and makes the file invalid).
       if (!route_.have_fence) route.fence = route.name;
@@ -464,7 +467,157 @@ class Loader {
                               std::to_string(first->second.line) + ", and one of them has path_case_insensitive");
           continue;
         }
+        route_keys_.push_back(RouteKeys{where, route.name, route.fence, route_at, route_.fence_key_at, route_.header_at,
+                                        route_.max_keys_at, route_.token_order_at, route_.forget_at});
         config_->routes.push_back(std::move(route));
+      }
+    }
+    CheckFenceAgreement();
+  }
+
+  // fence_key: {path_segment: N} or {header: NAME}, exactly one.
+  void LoadFenceKey(const Entry& e, const std::string& path) {
+    route_.fence_key_written = true;
+    route_.fence_key_at = At(e.value, e.key_at);
+    if (!e.value.IsMap()) {
+      Error(At(e.value, e.key_at), path + ": expected a mapping, {path_segment: N} or {header: NAME}, got " +
+                                       Describe(e.value));
+      route_.ok = false;
+      return;
+    }
+    static constexpr std::string_view kFenceKeyKeys[] = {"path_segment", "header"};
+    const size_t errors_before = errors_.size();
+    const std::vector<Entry> entries = Entries(e.value, kFenceKeyKeys, path);
+    if (entries.size() != 1) {
+      if (entries.empty() && errors_.size() == errors_before) {
+        Error(At(e.value, e.key_at), path + ": give path_segment (the Nth path segment after the prefix) or header "
+                                            "(a request header field) to take the key from");
+      } else if (entries.size() > 1) {
+        Error(entries[1].key_at, path + ": give exactly one of path_segment and header, not both");
+      }
+      route_.ok = false;
+      return;
+    }
+    const Entry& source = entries.front();
+    const std::string source_path = path + "." + source.key;
+    FenceKeySpec spec;
+    if (source.key == "path_segment") {
+      std::optional<uint64_t> n = Unsigned(source, source_path);
+      if (!n) {
+        route_.ok = false;
+        return;
+      }
+      if (*n < 1 || *n > kMaxFenceKeySegment) {
+        Error(At(source.value), source_path + ": must be from 1 (the first segment after the prefix) to " +
+                                    std::to_string(kMaxFenceKeySegment) + ", got " + std::to_string(*n));
+        route_.ok = false;
+        return;
+      }
+      spec.source = FenceKeySpec::Source::kPathSegment;
+      spec.path_segment = static_cast<unsigned>(*n);
+    } else {
+      std::string header;
+      auto check = [](std::string_view text, std::string* out) -> std::string {
+        std::string problem = CheckHeaderName(text);
+        if (problem.empty()) *out = std::string(text);
+        return problem;
+      };
+      if (!Checked(source, source_path, check, &header)) {
+        route_.ok = false;
+        return;
+      }
+      spec.source = FenceKeySpec::Source::kHeader;
+      spec.header = std::move(header);
+      route_.header_at = At(source.value);  // checked against token_header once the whole file is read
+    }
+    route_.route.fence_key = std::move(spec);
+  }
+
+  // The key settings of one route, on their own: they describe a fence's keys, so they need a
+  // fence_key; and forgetting needs one cluster-wide counter. The route stays in the later checks
+  // (it is complete), so a disagreement with another route is reported in the same round.
+  void CheckKeySettings(const std::string& where) {
+    const RouteConfig& route = route_.route;
+    if (!route_.fence_key_written) {
+      const std::pair<const std::optional<Position>&, const char*> settings[] = {
+          {route_.max_keys_at, "max_keys"},
+          {route_.token_order_at, "token_order"},
+          {route_.forget_at, "forget_idle_keys_after"}};
+      for (const auto& [at, name] : settings) {
+        if (!at) continue;
+        Error(*at, where + "." + name + ": only for a keyed route; add fence_key ({path_segment: N} or "
+                                        "{header: NAME}) to take a fence key from each request");
+      }
+      return;
+    }
+    if (route_.forget_at && route.token_order != TokenOrder::kGlobal) {
+      Error(*route_.forget_at,
+            where + ".forget_idle_keys_after: needs token_order: global. A forgotten key restarts at the "
+                    "fence's floor, which is safe only when every lock's tokens come from one cluster-wide "
+                    "counter (etcd revisions, ZooKeeper zxids); with per-lock counters such as Consul's "
+                    "LockIndex a forgotten lock's next token can be lower than its last one");
+    }
+  }
+
+  // Routes naming one fence share its keys: they agree on whether it is keyed and on how many
+  // keys it holds, how their tokens are ordered and when idle ones are forgotten. Reported at the
+  // disagreeing route, naming the first route of the fence.
+  void CheckFenceAgreement() {
+    std::map<std::string, size_t> first_of_fence;
+    for (size_t i = 0; i < config_->routes.size(); ++i) {
+      const RouteConfig& route = config_->routes[i];
+      const RouteKeys& at = route_keys_[i];
+      auto [it, added] = first_of_fence.emplace(route.fence, i);
+      if (added) continue;
+      const RouteConfig& first = config_->routes[it->second];
+      const RouteKeys& first_at = route_keys_[it->second];
+      const std::string other = "route '" + first.name + "' (line " + std::to_string(first_at.route_at.line) + ")";
+      if (route.fence_key.keyed() != first.fence_key.keyed()) {
+        Error(at.fence_key_at.value_or(at.route_at),
+              at.where + ": fence '" + route.fence + "' is " + (first.fence_key.keyed() ? "keyed" : "not keyed") +
+                  " on " + other + " but " + (route.fence_key.keyed() ? "keyed" : "not keyed") +
+                  " here; routes naming one fence must agree on whether it is keyed (give them the same "
+                  "kind, or this route another fence)");
+        continue;
+      }
+      if (!route.fence_key.keyed()) continue;
+      auto differs = [&](std::optional<Position> written, const char* name, const std::string& mine,
+                         const std::string& theirs) {
+        if (mine == theirs) return;
+        Error(written.value_or(at.route_at),
+              at.where + "." + name + ": " + mine + " here, but " + theirs + " on " + other +
+                  ", which names the same fence '" + route.fence + "'; routes naming one fence share its keys "
+                  "and must agree on " + name);
+      };
+      differs(at.max_keys_at, "max_keys", std::to_string(route.max_keys), std::to_string(first.max_keys));
+      differs(at.token_order_at, "token_order", TokenOrderName(route.token_order), TokenOrderName(first.token_order));
+      differs(at.forget_at, "forget_idle_keys_after", DurationText(route.forget_idle_keys_after),
+              DurationText(first.forget_idle_keys_after));
+    }
+  }
+
+  static std::string TokenOrderName(TokenOrder order) { return order == TokenOrder::kGlobal ? "global" : "per_lock"; }
+  static std::string DurationText(std::chrono::milliseconds d) {
+    return d.count() == 0 ? "never (not set)" : std::to_string(d.count()) + "ms";
+  }
+
+  // A key header, against the top-level keys it must not clash with (written anywhere in the file).
+  void CheckKeyHeaders(const ProxyConfig& c) {
+    for (size_t i = 0; i < c.routes.size() && i < route_keys_.size(); ++i) {
+      const FenceKeySpec& spec = c.routes[i].fence_key;
+      const RouteKeys& at = route_keys_[i];
+      if (spec.source != FenceKeySpec::Source::kHeader || !at.header_at) continue;
+      const std::string path = at.where + ".fence_key.header";
+      if (EqualsIgnoreCase(spec.header, c.token_header)) {
+        Error(*at.header_at, path + ": '" + spec.header + "' is the token_header; the fence key and the token "
+                                    "must come from different fields");
+      } else if (spec.header.find('_') != std::string::npos &&
+                 c.headers_with_underscores != HeadersWithUnderscores::kAllow) {
+        Error(*at.header_at,
+              path + ": must not contain '_' unless headers_with_underscores is allow: the proxy "
+                     "drops or refuses fields whose names have '_' (CGI-style backends read '_' and '-' "
+                     "alike), so the backend would not see the field the key was taken from, and a '-' "
+                     "field could stand in for it (got '" + spec.header + "')");
       }
     }
   }
@@ -554,7 +707,18 @@ class Loader {
     RouteConfig route;
     bool ok = true;  // false: a problem that leaves it out of the later checks
     bool have_name = false, have_prefix = false, have_fence = false;  // valid values read
+    bool fence_key_written = false;
+    // Where the key settings were written, for the checks across keys and routes.
+    std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
   } route_;
+  // For each route kept (parallel to config_->routes): where its key settings are.
+  struct RouteKeys {
+    std::string where;  // "routes[2]"
+    std::string name, fence;
+    Position route_at;
+    std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
+  };
+  std::vector<RouteKeys> route_keys_;
   std::map<std::string, int> route_names_;     // name -> line, over all routes
   std::map<std::string, int> route_prefixes_;  // prefix -> line
   std::map<std::string, FoldedPrefix> folded_prefix_;
@@ -816,6 +980,46 @@ const ConfigKey kKeys[] = {
      .load =
          [](Loader& l, const Entry& e, const std::string& path) {
            if (std::optional<uint64_t> n = l.Unsigned(e, path)) l.route_.route.max_token_jump = *n;
+         }},
+    // Fence keys. Restart-only per fence: the running fence registry holds the keys of a fence
+    // as these settings shaped them (a fence new in the file takes them at once).
+    {.section = KeySection::kRoute, .name = "fence_key", .type = "mapping", .restart_only = true,
+     .same_fence = [](const RouteConfig& a, const RouteConfig& b) { return a.fence_key.keyed() == b.fence_key.keyed(); },
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadFenceKey(e, path); }},
+    {.section = KeySection::kRoute, .name = "max_keys", .type = "integer", .default_value = "1000000",
+     .restart_only = true,
+     .same_fence = [](const RouteConfig& a, const RouteConfig& b) { return a.max_keys == b.max_keys; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.route_.max_keys_at = l.At(e.value, e.key_at);
+           std::optional<uint64_t> n = l.Unsigned(e, path);
+           if (!n) return;
+           if (*n < 1) {
+             l.Error(l.At(e.value), path + ": must be at least 1 (there is no 'unlimited': at the cap a new key "
+                                           "gets 503)");
+             return;
+           }
+           l.route_.route.max_keys = *n;
+         }},
+    {.section = KeySection::kRoute, .name = "token_order", .type = "per_lock | global", .default_value = "per_lock",
+     .restart_only = true,
+     .same_fence = [](const RouteConfig& a, const RouteConfig& b) { return a.token_order == b.token_order; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.route_.token_order_at = l.At(e.value, e.key_at);
+           l.Choice(e, path, {{"per_lock", TokenOrder::kPerLock}, {"global", TokenOrder::kGlobal}},
+                    &l.route_.route.token_order);
+         }},
+    // No default to write: left out, keys are never forgotten.
+    {.section = KeySection::kRoute, .name = "forget_idle_keys_after", .type = "duration", .restart_only = true,
+     .same_fence =
+         [](const RouteConfig& a, const RouteConfig& b) {
+           return a.forget_idle_keys_after == b.forget_idle_keys_after;
+         },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.route_.forget_at = l.At(e.value, e.key_at);
+           l.Checked(e, path, CheckDuration, &l.route_.route.forget_idle_keys_after);
          }},
 };
 #pragma GCC diagnostic pop

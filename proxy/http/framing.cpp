@@ -60,11 +60,15 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
   return FramingCheck{};
 }
 
-std::string_view ProtectedFieldNamedByConnection(const http::request_header<>& header, std::string_view token_header) {
+std::string_view ProtectedFieldNamedByConnection(const http::request_header<>& header, std::string_view token_header,
+                                                 std::span<const std::string> key_headers) {
   for (const auto& field : header) {
     if (field.name() != http::field::connection) continue;
     for (std::string_view token : http::token_list(field.value())) {
       if (EqualsIgnoreCase(token, token_header)) return token;
+      for (const std::string& key_header : key_headers) {
+        if (EqualsIgnoreCase(token, key_header)) return token;
+      }
       switch (http::string_to_field(token)) {
         case http::field::host:
         case http::field::content_length:

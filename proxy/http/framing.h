@@ -5,6 +5,8 @@
 
 #include <boost/beast/http/message.hpp>
 
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace fencing {
@@ -28,10 +30,12 @@ FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& hea
                                  OtherFieldCounts* counts = nullptr);
 
 // The first field name a Connection header lists that the proxy's decision or the backend's
-// framing rests on: Host, token_header, Content-Length or Transfer-Encoding (as the client wrote
-// it); empty if none. The fields Connection names are dropped before forwarding (hop-by-hop), so
-// a client must not be able to strip these that way.
+// framing rests on: Host, token_header, a fence key header (key_headers: those the routes take
+// keys from), Content-Length or Transfer-Encoding (as the client wrote it); empty if none. The
+// fields Connection names are dropped before forwarding (hop-by-hop), so a client must not be
+// able to strip these that way.
 std::string_view ProtectedFieldNamedByConnection(const boost::beast::http::request_header<>& header,
-                                                 std::string_view token_header);
+                                                 std::string_view token_header,
+                                                 std::span<const std::string> key_headers = {});
 
 }  // namespace fencing

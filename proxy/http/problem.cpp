@@ -17,6 +17,7 @@ std::string ProblemJson(const Problem& problem) {
   body["detail"] = problem.detail;
   if (!problem.route.empty()) body["route"] = problem.route;
   if (!problem.fence.empty()) body["fence"] = problem.fence;
+  if (!problem.key.empty()) body["key"] = problem.key;
   if (problem.token) body["token"] = *problem.token;
   if (problem.max_token) body["max_token"] = *problem.max_token;
   std::string text = boost::json::serialize(body);

@@ -58,5 +58,8 @@ constexpr bool IsFenceKeyChar(char c) {
          c == '_' || c == '~';
 }
 bool IsValidFenceKey(std::string_view key);
+// The deepest fence_key path_segment a route file may name: deeper is a misconfiguration, and the
+// bound keeps the segment walk short.
+inline constexpr unsigned kMaxFenceKeySegment = 64;
 
 }  // namespace fencing

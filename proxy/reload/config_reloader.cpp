@@ -64,7 +64,20 @@ void WarnAboutFenceChanges(const ProxyConfig& running, const ProxyConfig& loaded
 
 std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded) {
   for (const ConfigKey& key : ConfigKeys()) {
-    if (key.restart_only && !key.same(running, loaded)) return key.Path();
+    if (key.restart_only && key.same && !key.same(running, loaded)) return key.Path();
+  }
+  // Per fence: the routes of one fence agree on these (the loader checks), so the first route
+  // naming a fence stands for it. A fence only the loaded file has is new and takes them at once.
+  std::map<std::string_view, const RouteConfig*> running_fences;
+  for (const RouteConfig& r : running.routes) running_fences.emplace(r.fence, &r);
+  for (const RouteConfig& r : loaded.routes) {
+    auto it = running_fences.find(r.fence);
+    if (it == running_fences.end()) continue;
+    for (const ConfigKey& key : ConfigKeys()) {
+      if (key.restart_only && key.same_fence && !key.same_fence(*it->second, r)) {
+        return key.Path() + " of fence '" + r.fence + "'";
+      }
+    }
   }
   return "";
 }

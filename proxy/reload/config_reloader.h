@@ -52,7 +52,9 @@ class ConfigReloader {
 };
 
 // The first restart-only key (ConfigKey::restart_only: bound to sockets, threads or files at
-// start-up) on which the two differ, as its path ("listen", "limits.max_connections"); "" if none.
+// start-up) on which the two differ, as its path ("listen", "limits.max_connections"); for a
+// fence's key settings, on a fence both have, with the fence ("routes[].max_keys of fence
+// 'objects'"); "" if none.
 std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loaded);
 
 }  // namespace fencing

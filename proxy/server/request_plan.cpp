@@ -3,6 +3,7 @@
 #include "http/ascii.h"
 
 #include "fence/token.h"
+#include "routing/fence_key.h"
 #include "routing/path_check.h"
 #include "http/framing.h"
 #include "http/uri.h"
@@ -61,6 +62,12 @@ std::string WithoutPathParameters(std::string_view path) {
   return bare;
 }
 
+// Where the route's key comes from, for a problem's detail.
+std::string KeySourceText(const RouteConfig& route) {
+  if (route.fence_key.source == FenceKeySpec::Source::kHeader) return "the " + route.fence_key.header + " header";
+  return "path segment " + std::to_string(route.fence_key.path_segment) + " after " + route.prefix;
+}
+
 }  // namespace
 
 RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runtime) {
@@ -74,7 +81,8 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
                   true);
   }
   if (counts.connections > 0) {
-    if (std::string_view named = ProtectedFieldNamedByConnection(head, config.token_header); !named.empty()) {
+    if (std::string_view named = ProtectedFieldNamedByConnection(head, config.token_header, runtime.key_headers());
+        !named.empty()) {
       return Reject(Outcome::kRejectedRequest,
                     MakeProblem(ProblemType::kBadConnectionHeader,
                                 "the Connection header names " + std::string(named) +
@@ -183,6 +191,29 @@ RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runti
     if (count++ == 0) first = field.value();
   }
   ParsedToken token = ParseTokenHeader(count, first);
+  // A fenced request on a keyed route names its lock; one forwarded unfenced (no token, and
+  // missing_token: allow) needs no key. Key errors are request errors: 400 in observe mode too,
+  // and before the token's own problems, which a fence could only judge knowing the key.
+  const bool fenced = !(token.status == TokenParse::kMissing && route.missing_token == MissingToken::kAllow);
+  if (fenced && route.fence_key.keyed()) {
+    const FenceKeyResult key =
+        ExtractFenceKey(FenceKeySource{&route.fence_key, route.prefix, route.path_case_insensitive}, target.path, head);
+    switch (key.status) {
+      case FenceKeyStatus::kOk:
+        plan.key = key.key;
+        plan.problem.key = key.key;
+        break;
+      case FenceKeyStatus::kMissing:
+        RejectWith(plan, Outcome::kRejectedKey, ProblemType::kMissingFenceKey,
+                   std::string(key.reason) + "; this route takes the fence key from " + KeySourceText(route));
+        return plan;
+      case FenceKeyStatus::kMalformed:
+        RejectWith(plan, Outcome::kRejectedKey, ProblemType::kBadFenceKey,
+                   std::string(key.reason) + "; a fence key is one value of 1-128 bytes of A-Z a-z 0-9 - . _ ~, "
+                   "sent as is, from " + KeySourceText(route));
+        return plan;
+    }
+  }
   switch (token.status) {
     case TokenParse::kMissing:
       if (route.missing_token == MissingToken::kAllow) {

@@ -9,7 +9,10 @@
 #include "fence/fence_keys.h"
 #include "routing/route_table.h"
 
+#include <algorithm>
 #include <memory>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,7 +38,15 @@ class Runtime {
  public:
   Runtime(std::shared_ptr<const ProxyConfig> config, std::vector<RouteRuntime> routes,
           const RouteMetrics* unmatched_metrics)
-      : table_(std::move(config)), routes_(std::move(routes)), unmatched_metrics_(unmatched_metrics) {}
+      : table_(std::move(config)), routes_(std::move(routes)), unmatched_metrics_(unmatched_metrics) {
+    for (const RouteConfig& route : table_.config().routes) {
+      const FenceKeySpec& spec = route.fence_key;
+      if (spec.source != FenceKeySpec::Source::kHeader) continue;
+      const bool known = std::any_of(key_headers_.begin(), key_headers_.end(),
+                                     [&](const std::string& h) { return EqualsIgnoreCase(h, spec.header); });
+      if (!known) key_headers_.push_back(spec.header);
+    }
+  }
 
   const ProxyConfig& config() const { return table_.config(); }
   const RouteRuntime* Match(std::string_view path) const {
@@ -43,11 +54,15 @@ class Runtime {
     return index ? &routes_[*index] : nullptr;
   }
   const RouteMetrics& unmatched_metrics() const { return *unmatched_metrics_; }
+  // The header fields any route takes fence keys from (each once): a Connection header must not
+  // name them, as it must not name the token header.
+  std::span<const std::string> key_headers() const { return key_headers_; }
 
  private:
   RouteTable table_;
   std::vector<RouteRuntime> routes_;  // same order as config().routes
   const RouteMetrics* unmatched_metrics_;
+  std::vector<std::string> key_headers_;
 };
 
 }  // namespace fencing

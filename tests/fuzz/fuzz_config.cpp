@@ -1,15 +1,17 @@
 // The route-file loader on arbitrary text. Oracles: it never throws or crashes; a refusal has
 // at least one error, each with a position (line/column >= 0) and a message; an accepted file
 // obeys every invariant config.h promises (unique route names and prefixes, valid names,
-// canonical prefixes, fenced methods), and each route's own prefix routes to it.
+// canonical prefixes, fenced methods, fence key settings), and each route's own prefix routes to it.
 
 #include "config/config.h"
 #include "fuzz_check.h"
+#include "http/ascii.h"
 #include "http/rules.h"
 #include "routing/route_table.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -43,6 +45,38 @@ void CheckConfig(const ProxyConfig& config) {
       FUZZ_CHECK(!m.empty(), "an empty method");
       for (char c : m) FUZZ_CHECK(!(c >= 'a' && c <= 'z'), "a method not in upper case");
     }
+  }
+  // Fence keys: a source that can be read, settings only on keyed routes, forgetting only with one
+  // cluster-wide counter, and every route of one fence agreeing on them.
+  std::map<std::string_view, const RouteConfig*> fences;
+  for (const RouteConfig& route : config.routes) {
+    const FenceKeySpec& key = route.fence_key;
+    if (key.source == FenceKeySpec::Source::kPathSegment) {
+      FUZZ_CHECK(key.path_segment >= 1 && key.path_segment <= kMaxFenceKeySegment, "a path_segment out of bounds");
+    }
+    if (key.source == FenceKeySpec::Source::kHeader) {
+      FUZZ_CHECK(!key.header.empty(), "an empty key header");
+      FUZZ_CHECK(!EqualsIgnoreCase(key.header, config.token_header), "the key header is the token header");
+      FUZZ_CHECK(key.header.find('_') == std::string::npos ||
+                     config.headers_with_underscores == HeadersWithUnderscores::kAllow,
+                 "a key header with '_' without headers_with_underscores: allow");
+    }
+    const RouteConfig defaults;
+    if (!key.keyed()) {
+      FUZZ_CHECK(route.max_keys == defaults.max_keys && route.token_order == defaults.token_order &&
+                     route.forget_idle_keys_after == defaults.forget_idle_keys_after,
+                 "key settings on an unkeyed route");
+    }
+    FUZZ_CHECK(route.max_keys >= 1, "max_keys 0");
+    FUZZ_CHECK(route.forget_idle_keys_after.count() == 0 || route.token_order == TokenOrder::kGlobal,
+               "forgetting without token_order: global");
+    auto [it, added] = fences.emplace(route.fence, &route);
+    if (added) continue;
+    const RouteConfig& first = *it->second;
+    FUZZ_CHECK(first.fence_key.keyed() == key.keyed() && first.max_keys == route.max_keys &&
+                   first.token_order == route.token_order &&
+                   first.forget_idle_keys_after == route.forget_idle_keys_after,
+               "routes of one fence disagree on its keys");
   }
   FUZZ_CHECK(!config.backend.host.empty(), "an accepted config without a backend host");
   FUZZ_CHECK(!config.state_file.empty(), "an accepted config without a state file");

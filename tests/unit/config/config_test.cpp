@@ -497,7 +497,73 @@ const ErrorCase kRouteErrors[] = {
      "expected true or false, got nothing"},
 };
 
+// Fence keys: line 6 is the route's first key after name and prefix.
+const std::string kKeyed = kRoutes + "  - name: a\n    prefix: /a\n";
+const std::string kKeyedA = kKeyed + "    fence_key: {path_segment: 1}\n";
+
+const ErrorCase kFenceKeyErrors[] = {
+    {"fence_key: misspelt source", kKeyed + "    fence_key: {path_segmnt: 1}\n", 6, 17,
+     "routes[0].fence_key: unknown key 'path_segmnt'; did you mean 'path_segment'?"},
+    {"fence_key: segment 0", kKeyed + "    fence_key: {path_segment: 0}\n", 6, 31,
+     "routes[0].fence_key.path_segment: must be from 1 (the first segment after the prefix) to 64, got 0"},
+    {"fence_key: segment too deep", kKeyed + "    fence_key: {path_segment: 65}\n", 6, 31, "to 64, got 65"},
+    {"fence_key: segment quoted", kKeyed + "    fence_key: {path_segment: '1'}\n", 6, 31, "expected an integer"},
+    {"fence_key: both", kKeyed + "    fence_key: {path_segment: 1, header: X-Key}\n", 6, 34,
+     "give exactly one of path_segment and header"},
+    {"fence_key: empty mapping", kKeyed + "    fence_key: {}\n", 6, 16, "give path_segment"},
+    {"fence_key: scalar", kKeyed + "    fence_key: 1\n", 6, 16, "expected a mapping, {path_segment: N} or {header: NAME}"},
+    {"fence_key: nothing", kKeyed + "    fence_key:\n", 6, 5, "expected a mapping"},
+    {"fence_key: header Host", kKeyed + "    fence_key: {header: Host}\n", 6, 25, "hop-by-hop or framing header"},
+    {"fence_key: header Connection", kKeyed + "    fence_key: {header: connection}\n", 6, 25, "hop-by-hop"},
+    {"fence_key: header Content-Length", kKeyed + "    fence_key: {header: Content-Length}\n", 6, 25, "framing"},
+    {"fence_key: header Transfer-Encoding", kKeyed + "    fence_key: {header: Transfer-Encoding}\n", 6, 25,
+     "framing"},
+    {"fence_key: header TE", kKeyed + "    fence_key: {header: TE}\n", 6, 25, "hop-by-hop"},
+    {"fence_key: header not a token", kKeyed + "    fence_key: {header: 'X Key'}\n", 6, 25,
+     "not a valid HTTP header name"},
+    {"fence_key: header is the token header", kKeyed + "    fence_key: {header: x-fencing-TOKEN}\n", 6, 25,
+     "routes[0].fence_key.header: 'x-fencing-TOKEN' is the token_header"},
+    // token_header written after the routes: the check waits for the whole file.
+    {"fence_key: header is a later token_header", kKeyed + "    fence_key: {header: X-Lock}\ntoken_header: X-Lock\n",
+     6, 25, "is the token_header"},
+    {"fence_key: header with '_'", kKeyed + "    fence_key: {header: X_Key}\n", 6, 25,
+     "must not contain '_' unless headers_with_underscores is allow"},
+    {"fence_key: header with '_', reject", kKeyed + "    fence_key: {header: X_Key}\nheaders_with_underscores: reject\n",
+     6, 25, "CGI-style backends"},
+    {"max_keys: zero", kKeyedA + "    max_keys: 0\n", 7, 15, "routes[0].max_keys: must be at least 1"},
+    {"max_keys: text", kKeyedA + "    max_keys: many\n", 7, 15, "routes[0].max_keys"},
+    {"token_order: bad", kKeyedA + "    token_order: lock\n", 7, 18, "expected 'per_lock' or 'global', got 'lock'"},
+    {"token_order: misspelt key", kKeyedA + "    token_ordr: global\n", 7, 5, "did you mean 'token_order'?"},
+    {"max_keys: misspelt key", kKeyedA + "    max_key: 5\n", 7, 5, "did you mean 'max_keys'?"},
+    {"forget: zero", kKeyedA + "    token_order: global\n    forget_idle_keys_after: 0s\n", 8, 29,
+     "greater than zero"},
+    {"forget: per_lock", kKeyedA + "    forget_idle_keys_after: 720h\n", 7, 29,
+     "routes[0].forget_idle_keys_after: needs token_order: global"},
+    {"forget: explicit per_lock", kKeyedA + "    token_order: per_lock\n    forget_idle_keys_after: 1h\n", 8, 29,
+     "Consul's LockIndex a forgotten lock's next token can be lower"},
+    {"max_keys without fence_key", kKeyed + "    max_keys: 10\n", 6, 15,
+     "routes[0].max_keys: only for a keyed route; add fence_key"},
+    {"token_order without fence_key", kKeyed + "    token_order: global\n", 6, 18, "routes[0].token_order: only for a keyed route"},
+    {"forget without fence_key", kKeyed + "    forget_idle_keys_after: 1h\n", 6, 29,
+     "routes[0].forget_idle_keys_after: only for a keyed route"},
+    // Routes naming one fence.
+    {"same fence, one keyed", kKeyedA + "  - name: b\n    prefix: /b\n    fence: a\n", 7, 5,
+     "routes[1]: fence 'a' is keyed on route 'a' (line 4) but not keyed here"},
+    {"same fence, the other keyed", kKeyed + "  - name: b\n    prefix: /b\n    fence: a\n    fence_key: {header: X-K}\n",
+     9, 16, "routes[1]: fence 'a' is not keyed on route 'a' (line 4) but keyed here"},
+    {"same fence, max_keys differs", kKeyedA + "  - name: b\n    prefix: /b\n    fence: a\n    fence_key: {header: X-K}\n"
+     "    max_keys: 5\n", 11, 15,
+     "routes[1].max_keys: 5 here, but 1000000 on route 'a' (line 4), which names the same fence 'a'"},
+    {"same fence, token_order differs, left out", kKeyedA + "    token_order: global\n  - name: b\n    prefix: /b\n"
+     "    fence: a\n    fence_key: {header: X-K}\n", 8, 5,
+     "routes[1].token_order: per_lock here, but global on route 'a' (line 4)"},
+    {"same fence, forgetting differs", kKeyedA + "    token_order: global\n    forget_idle_keys_after: 1h\n"
+     "  - name: b\n    prefix: /b\n    fence: a\n    fence_key: {header: X-K}\n    token_order: global\n"
+     "    forget_idle_keys_after: 2h\n", 14, 29, "must agree on forget_idle_keys_after"},
+};
+
 INSTANTIATE_TEST_SUITE_P(File, ConfigErrorTest, testing::ValuesIn(kFileErrors));
+INSTANTIATE_TEST_SUITE_P(FenceKeys, ConfigErrorTest, testing::ValuesIn(kFenceKeyErrors));
 INSTANTIATE_TEST_SUITE_P(Keys, ConfigErrorTest, testing::ValuesIn(kKeyErrors));
 INSTANTIATE_TEST_SUITE_P(Listen, ConfigErrorTest, testing::ValuesIn(kListenErrors));
 INSTANTIATE_TEST_SUITE_P(Backend, ConfigErrorTest, testing::ValuesIn(kBackendErrors));
@@ -505,6 +571,61 @@ INSTANTIATE_TEST_SUITE_P(Scalars, ConfigErrorTest, testing::ValuesIn(kScalarErro
 INSTANTIATE_TEST_SUITE_P(Timeouts, ConfigErrorTest, testing::ValuesIn(kTimeoutErrors));
 INSTANTIATE_TEST_SUITE_P(Limits, ConfigErrorTest, testing::ValuesIn(kLimitErrors));
 INSTANTIATE_TEST_SUITE_P(Routes, ConfigErrorTest, testing::ValuesIn(kRouteErrors));
+
+TEST(ConfigTest, FenceKeysLoad) {
+  const std::string text = kRoutes +
+                           "  - name: objects\n    prefix: /objects\n    fence_key: {path_segment: 2}\n"
+                           "    max_keys: 500\n    token_order: global\n    forget_idle_keys_after: 720h\n"
+                           // Same fence, its key from another place: fine, the settings agree.
+                           "  - name: objects-api\n    prefix: /api/objects\n    fence: objects\n"
+                           "    fence_key: {header: X-Object-Key}\n    max_keys: 500\n    token_order: global\n"
+                           "    forget_idle_keys_after: 30d\n"
+                           "  - name: plain\n    prefix: /plain\n";
+  // 30d is not a duration: the agreement check must not pass it silently either.
+  ConfigResult bad = ParseConfig(text, "f.yaml");
+  ASSERT_FALSE(bad.ok());
+  std::string fixed = text;
+  fixed.replace(fixed.find("30d"), 3, "720h");
+  const ConfigResult r = ParseConfig(fixed, "f.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  ASSERT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].fence_key.source, FenceKeySpec::Source::kPathSegment);
+  EXPECT_EQ(c.routes[0].fence_key.path_segment, 2u);
+  EXPECT_EQ(c.routes[0].max_keys, 500u);
+  EXPECT_EQ(c.routes[0].token_order, TokenOrder::kGlobal);
+  EXPECT_EQ(c.routes[0].forget_idle_keys_after, std::chrono::hours(720));
+  EXPECT_EQ(c.routes[1].fence_key.source, FenceKeySpec::Source::kHeader);
+  EXPECT_EQ(c.routes[1].fence_key.header, "X-Object-Key");
+  EXPECT_EQ(c.routes[1].fence, "objects");
+  EXPECT_FALSE(c.routes[2].fence_key.keyed());
+  const RouteConfig defaults;
+  EXPECT_EQ(c.routes[2].max_keys, defaults.max_keys);
+  EXPECT_EQ(defaults.max_keys, 1000000u);
+  EXPECT_EQ(c.routes[2].token_order, TokenOrder::kPerLock);
+  EXPECT_EQ(c.routes[2].forget_idle_keys_after.count(), 0);
+}
+
+// A route with a key setting in error still takes part in the agreement check: both problems
+// are reported in one round.
+TEST(ConfigTest, KeySettingErrorsAndDisagreementsInOneRound) {
+  const std::string text = kKeyedA + "    forget_idle_keys_after: 720h\n"
+                           "  - name: b\n    prefix: /b\n    fence: a\n";
+  const ConfigResult r = ParseConfig(text, "f.yaml");
+  ASSERT_EQ(r.errors.size(), 2u) << DumpErrors(r);
+  EXPECT_EQ(r.errors[0].line, 7);
+  EXPECT_NE(r.errors[0].message.find("needs token_order: global"), std::string::npos);
+  EXPECT_EQ(r.errors[1].line, 8);
+  EXPECT_NE(r.errors[1].message.find("keyed on route 'a' (line 4) but not keyed here"), std::string::npos);
+}
+
+TEST(ConfigTest, KeyHeaderWithUnderscoreNeedsAllow) {
+  const std::string route = kKeyed + "    fence_key: {header: X_Object_Key}\n";
+  EXPECT_FALSE(ParseConfig(route, "f.yaml").ok());
+  const ConfigResult r = ParseConfig(route + "headers_with_underscores: allow\n", "f.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  EXPECT_EQ(r.config->routes[0].fence_key.header, "X_Object_Key");
+}
 
 TEST(ConfigTest, CollectsEveryErrorInFileOrder) {
   // Missing backend is found last (after the walk) but sorts first (the mapping's position).
@@ -660,8 +781,15 @@ TEST(ConfigExamplesTest, ReferenceShowsTheDefaults) {
   EXPECT_EQ(c.limits.max_body_bytes, defaults.limits.max_body_bytes);
   EXPECT_EQ(c.limits.max_connections, defaults.limits.max_connections);
   EXPECT_EQ(c.limits.buffered_body_bytes, defaults.limits.buffered_body_bytes);
-  ASSERT_EQ(c.routes.size(), 1u);
+  // The first route shows the defaults; the keyed ones after it show the key settings.
+  ASSERT_EQ(c.routes.size(), 3u);
   const RouteConfig route_defaults;
+  EXPECT_FALSE(c.routes[0].fence_key.keyed());
+  EXPECT_EQ(c.routes[1].fence_key.source, FenceKeySpec::Source::kPathSegment);
+  EXPECT_EQ(c.routes[1].max_keys, route_defaults.max_keys);
+  EXPECT_EQ(c.routes[1].token_order, route_defaults.token_order);
+  EXPECT_EQ(c.routes[1].forget_idle_keys_after, route_defaults.forget_idle_keys_after);
+  EXPECT_EQ(c.routes[2].fence_key.source, FenceKeySpec::Source::kHeader);
   EXPECT_EQ(c.routes[0].fence, c.routes[0].name);
   EXPECT_EQ(c.routes[0].methods, route_defaults.methods);
   EXPECT_EQ(c.routes[0].missing_token, route_defaults.missing_token);
@@ -783,8 +911,14 @@ TEST(ConfigKeysTest, EveryKeyLoadsInItsSection) {
   for (const ConfigKey& key : ConfigKeys()) {
     SCOPED_TRACE(key.Path());
     EXPECT_NE(key.load, nullptr);
-    EXPECT_EQ(key.restart_only, key.same != nullptr);
-    EXPECT_FALSE(key.restart_only && key.section == KeySection::kRoute);  // compared per file
+    // Route keys are compared per fence (same_fence), every other key per file (same).
+    if (key.section == KeySection::kRoute) {
+      EXPECT_EQ(key.same, nullptr);
+      EXPECT_EQ(key.restart_only, key.same_fence != nullptr);
+    } else {
+      EXPECT_EQ(key.same_fence, nullptr);
+      EXPECT_EQ(key.restart_only, key.same != nullptr);
+    }
     EXPECT_FALSE(key.required && !key.default_value.empty());
     // Written where it does not belong, the loader names the key as unknown there.
     const std::string misplaced = key.section == KeySection::kTop ? "timeouts:\n  " + std::string(key.name) + ": x\n"

@@ -96,5 +96,17 @@ TEST(ProtectedFieldNamedByConnectionTest, FindsHostTheTokenAndTheFramingFieldsIn
   EXPECT_EQ(named({{"Connection", "keep-alive"}, {"Connection", " Transfer-Encoding "}}), "Transfer-Encoding");
 }
 
+TEST(ProtectedFieldNamedByConnectionTest, FindsTheFenceKeyHeaders) {
+  const std::vector<std::string> key_headers = {"X-Tenant", "X-Object-Key"};
+  auto named = [&](const Fields& fields) {
+    return std::string(ProtectedFieldNamedByConnection(Request(11, fields), "X-Lock-Token", key_headers));
+  };
+  EXPECT_EQ(named({{"Connection", "close, x-object-key"}}), "x-object-key");
+  EXPECT_EQ(named({{"Connection", "X-TENANT"}}), "X-TENANT");
+  EXPECT_EQ(named({{"Connection", "X-Tenants, X-Object"}}), "");
+  EXPECT_EQ(std::string(ProtectedFieldNamedByConnection(Request(11, {{"Connection", "X-Tenant"}}), "X-Lock-Token")), "")
+      << "without key headers, X-Tenant is an ordinary field";
+}
+
 }  // namespace
 }  // namespace fencing

@@ -109,7 +109,20 @@ TEST(ProblemJsonTest, OmitsWhatDoesNotApply) {
   Problem p = MakeProblem(ProblemType::kAmbiguousPath, "a dot segment");
   json::object o = json::parse(ProblemJson(p)).as_object();
   EXPECT_EQ(o.at("status").to_number<int64_t>(), 400);
-  for (const char* key : {"route", "fence", "token", "max_token"}) EXPECT_FALSE(o.contains(key)) << key;
+  for (const char* key : {"route", "fence", "key", "token", "max_token"}) EXPECT_FALSE(o.contains(key)) << key;
+}
+
+TEST(ProblemJsonTest, CarriesTheFenceKeyEscaped) {
+  Problem p = StaleProblem();
+  p.key = "tenant-7";
+  json::object o = json::parse(ProblemJson(p)).as_object();
+  EXPECT_EQ(o.at("key").as_string(), "tenant-7");
+  // The request plan sets only valid keys; the body stays JSON whatever a key holds.
+  const std::string odd = "a\"b\\c\n\x01";
+  p.key = odd;
+  const std::string text = ProblemJson(p);
+  o = json::parse(text).as_object();
+  EXPECT_EQ(o.at("key").as_string(), odd) << text;
 }
 
 TEST(ProblemJsonTest, TokenZeroIsStillWritten) {

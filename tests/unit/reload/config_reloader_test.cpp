@@ -182,12 +182,23 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
             {"backend", "\"http://127.0.0.1:18081\""}, {"state_file", "./fences.log"}}},
       {"routes", {{"name", "orders"}, {"prefix", "/orders"}}}};
   WriteBytes(path_, RouteFile(base));
+  // The settings of a fence's keys need a keyed route (and forgetting, token_order: global) in
+  // both files: the one key changes alone.
+  auto base_for = [&](const ConfigKey& key) {
+    auto b = base;
+    if (key.name == "max_keys" || key.name == "token_order" || key.name == "forget_idle_keys_after") {
+      b["routes"]["fence_key"] = "{path_segment: 1}";
+    }
+    if (key.name == "forget_idle_keys_after") b["routes"]["token_order"] = "global";
+    return b;
+  };
   size_t checked = 0;
   for (const ConfigKey& key : ConfigKeys()) {
     const std::string value = OtherValue(key);
     if (value.empty()) continue;
     SCOPED_TRACE(key.Path() + ": " + value);
     Metrics metrics;
+    const auto base = base_for(key);
     WriteBytes(path_, RouteFile(base));
     ConfigResult running = LoadConfigFile(path_);
     ASSERT_TRUE(running.ok());
@@ -199,7 +210,8 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     ConfigResult loaded = LoadConfigFile(path_);
     ASSERT_TRUE(loaded.ok()) << RouteFile(changed) << (loaded.errors.empty() ? "" : loaded.errors[0].ToString());
     if (key.restart_only) {
-      EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), key.Path());
+      const std::string fence = key.section == KeySection::kRoute ? " of fence 'orders'" : "";
+      EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), key.Path() + fence);
       EXPECT_FALSE(reloader.Reload("test"));
       EXPECT_EQ(reloader.running(), running.config);
     } else {
@@ -209,7 +221,46 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     }
     ++checked;
   }
-  EXPECT_GE(checked, ConfigKeys().size() - 3);  // all but timeouts, limits, routes themselves
+  // All but timeouts, limits, routes themselves and fence_key (a mapping: FenceKeysOfARunningFence).
+  EXPECT_GE(checked, ConfigKeys().size() - 4);
+}
+
+// A fence the running routes have keeps its key settings until a restart: the registry holds its
+// keys as they shaped them. A new keyed fence, or a keyed route taking its key from elsewhere,
+// is applied.
+TEST_F(ConfigReloaderTest, FenceKeysOfARunningFence) {
+  const std::string keyed = kBase + "    fence_key: {path_segment: 1}\n";
+  struct Case {
+    std::string running, loaded, refused;  // refused: the key RestartOnlyChange names, "" = applied
+  };
+  const std::vector<Case> cases = {
+      {kBase, keyed, "routes[].fence_key of fence 'orders'"},
+      {keyed, kBase, "routes[].fence_key of fence 'orders'"},
+      {keyed, keyed + "    max_keys: 10\n", "routes[].max_keys of fence 'orders'"},
+      // Another route naming the fence, keyed while the running one is not.
+      {kBase, kBase + "  - name: orders-v2\n    prefix: /v2/orders\n    fence: orders\n",  ""},
+      {keyed, keyed + "  - name: objects\n    prefix: /objects\n    fence_key: {header: X-Key}\n    max_keys: 5\n", ""},
+      {keyed, kBase + "    fence_key: {path_segment: 2}\n", ""},
+      {keyed, kBase + "    fence_key: {header: X-Order}\n", ""},
+      // The fence dropped and another one keyed: nothing running changes.
+      {keyed, "listen: \"127.0.0.1:18080\"\nadmin_listen: \"127.0.0.1:19901\"\nbackend: \"http://127.0.0.1:18081\"\n"
+              "state_file: ./fences.log\nroutes:\n  - name: orders\n    prefix: /orders\n    fence: orders2\n"
+              "    fence_key: {path_segment: 1}\n    max_keys: 3\n", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.loaded);
+    WriteBytes(path_, c.running);
+    ConfigResult running = LoadConfigFile(path_);
+    ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
+    Metrics metrics;
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    WriteBytes(path_, c.loaded);
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
+    EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), c.refused);
+    EXPECT_EQ(reloader.Reload("test"), c.refused.empty());
+    EXPECT_EQ(reloader.running() == running.config, !c.refused.empty());
+  }
 }
 
 // Which keys need a restart is a promise to operators (config/README.md); a key leaving or
@@ -220,7 +271,9 @@ TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
     if (key.restart_only) paths.insert(key.Path());
   }
   EXPECT_EQ(paths, (std::set<std::string>{"listen", "admin_listen", "backend", "state_file", "threads",
-                                          "timeouts.connect", "limits.max_connections"}));
+                                          "timeouts.connect", "limits.max_connections", "routes[].fence_key",
+                                          "routes[].max_keys", "routes[].token_order",
+                                          "routes[].forget_idle_keys_after"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {

@@ -86,12 +86,13 @@ const char* VariantName(Variant v) {
 // at max_token 10 and every other fence at 0.
 class Env {
  public:
-  // extra: more top-level keys for the route file.
-  explicit Env(Variant variant, std::string_view extra = "") {
+  // extra: more top-level keys for the route file; routes: more routes after kRoutes.
+  explicit Env(Variant variant, std::string_view extra = "", std::string_view more_routes = "") {
     std::string text = "backend: http://127.0.0.1:8081\nstate_file: fences.log\n";
     text += extra;
     text += variant == Variant::kPass ? "unmatched: pass\n" : "unmatched: reject\n";
     text += kRoutes;
+    text += more_routes;
     if (variant == Variant::kRoot) text += "  - name: root\n    prefix: /\n";
     ConfigResult parsed = ParseConfig(text, "plan.yaml");
     for (const ConfigError& e : parsed.errors) ADD_FAILURE() << e.ToString();
@@ -356,6 +357,158 @@ TEST(PlanRequestConnectionTest, TheConfiguredTokenHeaderIsTheProtectedOne) {
   plan = PlanRequest(Head("PUT", "/orders/1", {{"X-Lock-Token", "10"}, {"Connection", "X-Fencing-Token"}}),
                      env.runtime());
   EXPECT_EQ(plan.action, Action::kFence) << "the default name is no token header here";
+}
+
+// ---------------------------------------------------------------- fence keys
+
+constexpr const char* kKeyedRoutes =
+    "  - name: objects\n"
+    "    prefix: /objects\n"
+    "    fence_key: {path_segment: 1}\n"
+    "  - name: tenants\n"
+    "    prefix: /tenants\n"
+    "    mode: observe\n"
+    "    fence_key: {header: X-Tenant}\n"
+    "  - name: lax\n"
+    "    prefix: /lax\n"
+    "    missing_token: allow\n"
+    "    fence_key: {path_segment: 2}\n"
+    "  - name: folded\n"
+    "    prefix: /Folded\n"
+    "    path_case_insensitive: true\n"
+    "    fence_key: {path_segment: 1}\n";
+
+Env& KeyedEnv() {
+  static Env env(Variant::kPass, "", kKeyedRoutes);
+  return env;
+}
+
+struct KeyCase {
+  const char* what;
+  std::string method;
+  std::string target;
+  Fields fields;
+  Action action;
+  Outcome outcome;
+  const char* problem_type;  // kReject
+  const char* key;           // the plan's key ("" for none)
+};
+
+void PrintTo(const KeyCase& c, std::ostream* os) { *os << c.what; }
+
+class PlanKeyTest : public testing::TestWithParam<KeyCase> {};
+
+TEST_P(PlanKeyTest, TakesTheKeyOfAFencedRequest) {
+  const KeyCase& c = GetParam();
+  ASSERT_TRUE(KeyedEnv().ok());
+  http::request_header<> head = Head(c.method, c.target, c.fields);
+  RequestPlan plan = PlanRequest(head, KeyedEnv().runtime());
+  EXPECT_EQ(plan.action, c.action) << plan.problem.detail;
+  EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(c.outcome));
+  EXPECT_EQ(plan.key, c.key);
+  EXPECT_EQ(plan.problem.key, c.key) << "later problems (409, 503) carry the key";
+  if (!plan.key.empty()) {
+    // A view into the head: the key is the bytes the backend receives.
+    const std::string_view target = head.target();
+    bool in_target = plan.key.data() >= target.data() && plan.key.data() + plan.key.size() <= target.data() + target.size();
+    bool in_field = false;
+    for (const auto& field : head) {
+      const std::string_view v = field.value();
+      in_field = in_field || (plan.key.data() >= v.data() && plan.key.data() + plan.key.size() <= v.data() + v.size());
+    }
+    EXPECT_TRUE(in_target || in_field);
+  }
+  if (c.action == Action::kReject) {
+    EXPECT_EQ(plan.problem.type, c.problem_type);
+    if (plan.problem.type != "missing-token") {
+      EXPECT_EQ(plan.problem.status, http::status::bad_request);
+      EXPECT_TRUE(plan.close);
+    }
+    EXPECT_FALSE(plan.problem.detail.empty());
+  }
+}
+
+const Fields kTenant = {{"X-Fencing-Token", "10"}, {"X-Tenant", "t-1"}};
+
+INSTANTIATE_TEST_SUITE_P(
+    Keys, PlanKeyTest,
+    testing::Values(
+        KeyCase{"path key", "PUT", "/objects/k1/part", kToken10, Action::kFence, Outcome::kRejectedRequest, "", "k1"},
+        KeyCase{"path key, absolute-form", "PUT", "http://h/objects/k1?x=1", kToken10, Action::kFence,
+                Outcome::kRejectedRequest, "", "k1"},
+        KeyCase{"path key missing", "PUT", "/objects", kToken10, Action::kReject, Outcome::kRejectedKey,
+                "missing-fence-key", ""},
+        KeyCase{"path key missing, trailing slash", "PUT", "/objects/?k=1", kToken10, Action::kReject,
+                Outcome::kRejectedKey, "missing-fence-key", ""},
+        KeyCase{"path key percent-encoded", "PUT", "/objects/k%20", kToken10, Action::kReject, Outcome::kRejectedKey,
+                "bad-fence-key", ""},
+        // An encoded unreserved character is refused by the path check, before any key.
+        KeyCase{"path key with an encoded unreserved character", "PUT", "/objects/k%31", kToken10, Action::kReject,
+                Outcome::kRejectedPath, "ambiguous-path", ""},
+        KeyCase{"path key with a parameter", "PUT", "/objects/k1;v=2/part", kToken10, Action::kReject,
+                Outcome::kRejectedKey, "bad-fence-key", ""},
+        KeyCase{"path key too long", "PUT", "/objects/" + std::string(129, 'k'), kToken10, Action::kReject,
+                Outcome::kRejectedKey, "bad-fence-key", ""},
+        // Key errors come before the token's: the key is part of the request, not of the fence.
+        KeyCase{"no key and no token", "PUT", "/objects", {}, Action::kReject, Outcome::kRejectedKey,
+                "missing-fence-key", ""},
+        KeyCase{"a key and no token", "PUT", "/objects/k1", {}, Action::kReject, Outcome::kRejectedMissing,
+                "missing-token", "k1"},
+        // Not fenced: no key needed.
+        KeyCase{"GET needs no key", "GET", "/objects", {}, Action::kForward, Outcome::kUnfenced, "", ""},
+        KeyCase{"missing_token: allow without a token", "PUT", "/lax", {}, Action::kForward, Outcome::kUnfenced, "", ""},
+        KeyCase{"missing_token: allow with a token", "PUT", "/lax/a", kToken10, Action::kReject, Outcome::kRejectedKey,
+                "missing-fence-key", ""},
+        KeyCase{"missing_token: allow with a token and a key", "PUT", "/lax/a/b", kToken10, Action::kFence,
+                Outcome::kRejectedRequest, "", "b"},
+        // Observe mode: key errors are request errors, still 400.
+        KeyCase{"header key", "PUT", "/tenants/x", kTenant, Action::kFence, Outcome::kRejectedRequest, "", "t-1"},
+        KeyCase{"header key with OWS", "PUT", "/tenants/x", With(kToken10, {{"x-tenant", " \tt-2 "}}), Action::kFence,
+                Outcome::kRejectedRequest, "", "t-2"},
+        KeyCase{"header key missing, observe", "PUT", "/tenants/x", kToken10, Action::kReject, Outcome::kRejectedKey,
+                "missing-fence-key", ""},
+        KeyCase{"header key missing, observe, no token", "PUT", "/tenants/x", {}, Action::kReject,
+                Outcome::kRejectedKey, "missing-fence-key", ""},
+        KeyCase{"header key twice", "PUT", "/tenants/x", With(kTenant, {{"X-Tenant", "t-1"}}), Action::kReject,
+                Outcome::kRejectedKey, "bad-fence-key", ""},
+        KeyCase{"header key empty", "PUT", "/tenants/x", With(kToken10, {{"X-Tenant", ""}}), Action::kReject,
+                Outcome::kRejectedKey, "bad-fence-key", ""},
+        KeyCase{"header key with a comma", "PUT", "/tenants/x", With(kToken10, {{"X-Tenant", "a,b"}}), Action::kReject,
+                Outcome::kRejectedKey, "bad-fence-key", ""},
+        KeyCase{"observe: a malformed token with a key is observed", "PUT", "/tenants/x",
+                {{"X-Fencing-Token", "x"}, {"X-Tenant", "t-1"}}, Action::kForward, Outcome::kObservedMalformed, "", "t-1"},
+        // Case-insensitive routes: the prefix in any case, the key lower-case.
+        KeyCase{"folded prefix", "PUT", "/FOLDED/k1", kToken10, Action::kFence, Outcome::kRejectedRequest, "", "k1"},
+        KeyCase{"folded route, upper-case key", "PUT", "/folded/K1", kToken10, Action::kReject, Outcome::kRejectedKey,
+                "bad-fence-key", ""},
+        // An unkeyed route ignores key-like parts.
+        KeyCase{"unkeyed route", "PUT", "/orders/1", With(kToken10, {{"X-Tenant", "a,b"}}), Action::kFence,
+                Outcome::kRejectedRequest, "", ""},
+        // A Connection header must not strip the field the key was taken from, on any route.
+        KeyCase{"Connection names the key header", "PUT", "/tenants/x", With(kTenant, {{"Connection", "x-TENANT"}}),
+                Action::kReject, Outcome::kRejectedRequest, "bad-connection-header", ""},
+        KeyCase{"Connection names the key header on an unkeyed route", "GET", "/other", {{"Connection", "X-Tenant"}},
+                Action::kReject, Outcome::kRejectedRequest, "bad-connection-header", ""}));
+
+TEST(PlanKeyTest, LaterProblemsCarryTheKey) {
+  ASSERT_TRUE(KeyedEnv().ok());
+  http::request_header<> head = Head("PUT", "/objects/k-9/part", Token("3"));
+  RequestPlan plan = PlanRequest(head, KeyedEnv().runtime());
+  ASSERT_EQ(plan.action, Action::kFence);
+  ApplyAdmission(plan, Admission::kStale, 7);
+  ASSERT_EQ(plan.action, Action::kReject);
+  json::object body = json::parse(ProblemJson(plan.problem)).as_object();
+  EXPECT_EQ(body.at("key").as_string(), "k-9");
+  EXPECT_EQ(body.at("fence").as_string(), "objects");
+  EXPECT_EQ(body.at("max_token").to_number<uint64_t>(), 7u);
+  // The detail of a key error says where the key comes from.
+  plan = PlanRequest(Head("PUT", "/objects", kToken10), KeyedEnv().runtime());
+  EXPECT_NE(plan.problem.detail.find("path segment 1 after /objects"), std::string::npos) << plan.problem.detail;
+  plan = PlanRequest(Head("PUT", "/tenants/x", kToken10), KeyedEnv().runtime());
+  EXPECT_NE(plan.problem.detail.find("X-Tenant"), std::string::npos) << plan.problem.detail;
+  body = json::parse(ProblemJson(plan.problem)).as_object();
+  EXPECT_FALSE(body.contains("key"));
+  EXPECT_EQ(body.at("type").as_string(), "urn:fencing-proxy:problem:missing-fence-key");
 }
 
 // RFC 9112 section 3.2: a server must answer 400 to a missing or repeated Host, or one that is
