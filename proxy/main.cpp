@@ -175,14 +175,21 @@ int main(int argc, char** argv) {
   CLI::App* state = app.add_subcommand("state", "inspect or repair a state file offline");
   state->require_subcommand(1);
   std::string state_file;
-  CLI::App* show = state->add_subcommand("show", "print every fence's max_token as JSON");
+  CLI::App* show = state->add_subcommand("show", "print every fence's max_token (and key counts) as JSON");
+  StateShowOptions show_options;
   show->add_option("--state-file", state_file, "the state file")->required();
-  CLI::App* set = state->add_subcommand("set", "set one fence's max_token (refused while a proxy holds the file)");
+  show->add_option("--fence", show_options.fence, "print this fence only (max or floor, key count)");
+  show->add_option("--key", show_options.key, "with --fence: print this key's max (exit 1 if unknown)");
+  show->add_flag("--keys", show_options.keys, "with --fence: list every key of the fence");
+  CLI::App* set = state->add_subcommand(
+      "set", "set one fence's max_token, a keyed fence's floor, or one key's max (refused while a proxy holds the file)");
   std::string fence_name;
   std::string token;
+  std::string key_name;
   set->add_option("--state-file", state_file, "the state file")->required();
   set->add_option("FENCE", fence_name, "fence name")->required();
   set->add_option("TOKEN", token, "new max_token")->required();
+  set->add_option("--key", key_name, "set this key's max instead of the fence's");
 
   try {
     app.parse(argc, argv);
@@ -198,8 +205,15 @@ int main(int argc, char** argv) {
     std::cout << "fencing-proxy " << Version() << " (revision " << Revision() << ")\n";
     return 0;
   }
-  if (show->parsed()) return RunStateShow(state_file);
-  if (set->parsed()) return RunStateSet(state_file, fence_name, token);
+  // An empty --key is a bad key, not "no key".
+  if ((show->parsed() && show->count("--key") > 0 && show_options.key.empty()) ||
+      (set->parsed() && set->count("--key") > 0 && key_name.empty())) {
+    std::cerr << "fencing-proxy state: invalid fence key \"\": use 1 to 128 characters of A-Z, a-z, 0-9, '-', '.', "
+                 "'_' and '~'\n";
+    return 2;
+  }
+  if (show->parsed()) return RunStateShow(state_file, show_options);
+  if (set->parsed()) return RunStateSet(state_file, fence_name, token, key_name);
   if (config_path.empty()) {
     std::cerr << "fencing-proxy: --config FILE (or FENCING_PROXY_CONFIG) is required\n" << app.help();
     return 2;

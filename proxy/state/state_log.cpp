@@ -15,11 +15,6 @@ namespace {
 
 using Crc32cComputer = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
 
-void PutU16(std::string* out, uint16_t v) {
-  out->push_back(static_cast<char>(v & 0xff));
-  out->push_back(static_cast<char>(v >> 8));
-}
-
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
@@ -45,8 +40,9 @@ uint64_t GetU64(const char* p) {
 }
 
 // Decodes the record at the start of data into *record and its size into *size; on failure,
-// *reason says what is wrong with it (the caller decides torn tail or corruption).
-bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std::string* reason) {
+// *reason says what is wrong with it (the caller decides torn tail or corruption). Key records
+// are only valid in a version-2 file.
+bool DecodeRecord(std::string_view data, uint32_t version, FenceRecord* record, size_t* size, std::string* reason) {
   if (data.size() < kRecordHeaderSize) {
     *reason = "incomplete record header (" + std::to_string(data.size()) + " of " +
               std::to_string(kRecordHeaderSize) + " bytes)";
@@ -56,9 +52,9 @@ bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std:
   const size_t length = GetU16(data.data() + 4);
   const uint8_t type = static_cast<uint8_t>(data[6]);
   // Checked before the CRC so that a damaged length never makes us read past a record's bound.
-  if (length < kMinSetMaxPayload || length > kMaxSetMaxPayload) {
-    *reason = "payload length " + std::to_string(length) + " out of range " +
-              std::to_string(kMinSetMaxPayload) + ".." + std::to_string(kMaxSetMaxPayload);
+  if (length < kMinPayload || length > kMaxPayload) {
+    *reason = "payload length " + std::to_string(length) + " out of range " + std::to_string(kMinPayload) +
+              ".." + std::to_string(kMaxPayload);
     return false;
   }
   if (data.size() < kRecordHeaderSize + length) {
@@ -71,13 +67,30 @@ bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std:
     *reason = "checksum mismatch";
     return false;
   }
-  if (type != kRecordTypeSetMax) {
+  const bool keyed = type == kRecordTypeKeyMax || type == kRecordTypeForgetKey;
+  if (type != kRecordTypeSetMax && !keyed) {
     *reason = "unknown record type " + std::to_string(type);
+    return false;
+  }
+  if (keyed && version < 2) {
+    *reason = "record type " + std::to_string(type) + " in a version-" + std::to_string(version) + " file";
     return false;
   }
   const char* payload = data.data() + kRecordHeaderSize;
   const size_t name_size = static_cast<uint8_t>(payload[8]);
-  if (name_size + kSetMaxFixedPayload != length) {
+  size_t key_size = 0;
+  if (keyed) {
+    if (kKeyFixedPayload + name_size > length) {
+      *reason = "name length " + std::to_string(name_size) + " does not fit payload length " + std::to_string(length);
+      return false;
+    }
+    key_size = static_cast<uint8_t>(payload[kSetMaxFixedPayload + name_size]);
+    if (kKeyFixedPayload + name_size + key_size != length) {
+      *reason = "name length " + std::to_string(name_size) + " and key length " + std::to_string(key_size) +
+                " do not match payload length " + std::to_string(length);
+      return false;
+    }
+  } else if (name_size + kSetMaxFixedPayload != length) {
     *reason = "name length " + std::to_string(name_size) + " does not match payload length " +
               std::to_string(length);
     return false;
@@ -87,10 +100,40 @@ bool DecodeRecord(std::string_view data, FenceRecord* record, size_t* size, std:
     *reason = "invalid fence name";
     return false;
   }
+  std::string_view key;
+  if (keyed) {
+    key = std::string_view(payload + kKeyFixedPayload + name_size, key_size);
+    if (!IsValidFenceKey(key)) {
+      *reason = "invalid fence key";
+      return false;
+    }
+  }
   record->token = GetU64(payload);
   record->fence.assign(name);
+  record->key.assign(key);
+  record->kind = type == kRecordTypeForgetKey ? FenceRecord::Kind::kForgetKey : FenceRecord::Kind::kSetMax;
   *size = kRecordHeaderSize + length;
   return true;
+}
+
+// Encodes type + payload at the end of *out behind a record header, CRC computed in place.
+void EncodeBody(uint8_t type, std::string_view fence, std::string_view key, bool keyed, uint64_t token,
+                std::string* out) {
+  const size_t start = out->size();
+  out->append(kRecordHeaderSize - 1, '\0');  // CRC and length, filled in below
+  out->push_back(static_cast<char>(type));
+  PutU64(out, token);
+  out->push_back(static_cast<char>(fence.size()));
+  out->append(fence);
+  if (keyed) {
+    out->push_back(static_cast<char>(key.size()));
+    out->append(key);
+  }
+  const size_t length = out->size() - start - kRecordHeaderSize;
+  const uint32_t crc = MaskCrc(Crc32c(std::string_view(*out).substr(start + 6)));
+  for (int i = 0; i < 4; ++i) (*out)[start + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  (*out)[start + 4] = static_cast<char>(length & 0xff);
+  (*out)[start + 5] = static_cast<char>(length >> 8);
 }
 
 }  // namespace
@@ -110,9 +153,9 @@ uint32_t UnmaskCrc(uint32_t masked) {
 
 bool IsValidFenceName(std::string_view name) { return IsValidName(name); }
 
-std::string EncodeHeader() {
+std::string EncodeHeader(uint32_t version) {
   std::string header(kMagic);
-  PutU32(&header, kFormatVersion);
+  PutU32(&header, version);
   PutU32(&header, MaskCrc(Crc32c(header)));
   return header;
 }
@@ -142,9 +185,9 @@ HeaderCheck CheckHeader(std::string_view file, std::string* reason) {
   }
   // Version before CRC: a later version may lay its header out differently.
   const uint32_t version = GetU32(file.data() + kMagic.size());
-  if (version != kFormatVersion) {
-    *reason = "unsupported format version " + std::to_string(version) + " (this build reads version " +
-              std::to_string(kFormatVersion) + ")";
+  if (version < kOldestFormatVersion || version > kFormatVersion) {
+    *reason = "unsupported format version " + std::to_string(version) + " (this build reads versions " +
+              std::to_string(kOldestFormatVersion) + " to " + std::to_string(kFormatVersion) + ")";
     return HeaderCheck::kInvalid;
   }
   if (UnmaskCrc(GetU32(file.data() + kHeaderCrcOffset)) != Crc32c(file.substr(0, kHeaderCrcOffset))) {
@@ -154,39 +197,191 @@ HeaderCheck CheckHeader(std::string_view file, std::string* reason) {
   return HeaderCheck::kValid;
 }
 
-void EncodeRecord(const FenceRecord& record, std::string* out) {
-  std::string body;  // type + payload: what the CRC covers
-  body.push_back(static_cast<char>(kRecordTypeSetMax));
-  PutU64(&body, record.token);
-  body.push_back(static_cast<char>(record.fence.size()));
-  body.append(record.fence);
-  PutU32(out, MaskCrc(Crc32c(body)));
-  PutU16(out, static_cast<uint16_t>(body.size() - 1));
-  out->append(body);
+uint32_t HeaderVersion(std::string_view file) { return GetU32(file.data() + kMagic.size()); }
+
+std::string RecordProblem(const FenceRecord& record) {
+  if (!IsValidFenceName(record.fence)) return "invalid fence name \"" + record.fence + "\"";
+  if (!record.key.empty() && !IsValidFenceKey(record.key)) {
+    return "invalid fence key \"" + record.key + "\" (1 to " + std::to_string(kMaxKeySize) +
+           " characters of A-Z, a-z, 0-9, '-', '.', '_' and '~')";
+  }
+  if (record.kind == FenceRecord::Kind::kForgetKey && record.key.empty()) {
+    return "a forget record for fence \"" + record.fence + "\" without a key";
+  }
+  return {};
 }
+
+void EncodeRecord(const FenceRecord& record, std::string* out) {
+  if (record.kind == FenceRecord::Kind::kForgetKey) {
+    EncodeKeyRecord(kRecordTypeForgetKey, record.fence, record.key, record.token, out);
+  } else if (!record.key.empty()) {
+    EncodeKeyRecord(kRecordTypeKeyMax, record.fence, record.key, record.token, out);
+  } else {
+    EncodeBody(kRecordTypeSetMax, record.fence, {}, false, record.token, out);
+  }
+}
+
+void EncodeKeyRecord(uint8_t type, std::string_view fence, std::string_view key, uint64_t token, std::string* out) {
+  EncodeBody(type, fence, key, true, token, out);
+}
+
+uint64_t SnapshotFenceBytes(const FenceMaxima& maxima) {
+  uint64_t bytes = kHeaderSize;
+  for (const auto& entry : maxima) bytes += EncodedRecordSize(entry.first);
+  return bytes;
+}
+
+uint64_t SnapshotKeyBytes(const FenceKeyMaxima& keys) {
+  uint64_t bytes = 0;
+  for (const auto& [fence, fence_keys] : keys) {
+    for (const auto& entry : fence_keys) bytes += EncodedKeyRecordSize(fence, entry.first);
+  }
+  return bytes;
+}
+
+void ApplyRecord(const FenceRecord& record, FenceMaxima* maxima, FenceKeyMaxima* keys) {
+  uint64_t& fence_max = (*maxima)[record.fence];  // a key record makes its fence exist (floor 0)
+  // A fence's own max and a forget's fold into the floor.
+  if (record.key.empty() || record.kind == FenceRecord::Kind::kForgetKey) fence_max = std::max(fence_max, record.token);
+  ApplyKeyRecord(record, keys);
+}
+
+void ApplyKeyRecord(const FenceRecord& record, FenceKeyMaxima* keys) {
+  if (record.key.empty()) return;
+  auto it = keys->find(record.fence);
+  if (record.kind == FenceRecord::Kind::kForgetKey) {
+    if (it != keys->end()) {
+      it->second.erase(record.key);
+      if (it->second.empty()) keys->erase(it);
+    }
+    return;
+  }
+  if (it == keys->end()) it = keys->try_emplace(record.fence).first;
+  auto [key_it, inserted] = it->second.try_emplace(record.key, record.token);
+  if (!inserted) key_it->second = std::max(key_it->second, record.token);
+}
+
+namespace {
+
+// Replays the records in data, which starts at file offset `offset` of a file of file_size
+// bytes, stopping at a record that needs bytes beyond data (when data does not reach the end)
+// or that fails (torn tail or corruption, decided as FORMAT.md "Recovery" says). Returns the
+// offset replay got to.
+uint64_t ReplaySlice(std::string_view data, uint64_t offset, uint64_t file_size, ReplayResult* result) {
+  const uint64_t data_end = offset + data.size();
+  size_t pos = 0;
+  FenceRecord record;
+  while (pos < data.size()) {
+    const uint64_t at = offset + pos;
+    // A record never exceeds kMaxRecordSize: with that much (or the rest of the file) in hand,
+    // a failure is final; with less, read on first.
+    if (data_end < file_size && data.size() - pos < kMaxRecordSize) break;
+    size_t size = 0;
+    if (!DecodeRecord(data.substr(pos), result->version, &record, &size, &result->reason)) {
+      // One interrupted append leaves less than one maximal record behind; more is damage.
+      if (file_size - at < kMaxRecordSize) {
+        result->torn_tail = true;
+      } else {
+        result->corrupt = true;
+      }
+      return at;
+    }
+    ApplyRecord(record, &result->maxima, &result->key_maxima);
+    ++result->records;
+    pos += size;
+    result->valid_end = offset + pos;
+  }
+  return offset + pos;
+}
+
+}  // namespace
 
 ReplayResult ReplayRecords(std::string_view file) {
   ReplayResult result;
-  size_t offset = kHeaderSize;
-  while (offset < file.size()) {
-    FenceRecord record;
-    size_t size = 0;
-    if (!DecodeRecord(file.substr(offset), &record, &size, &result.reason)) {
-      // One interrupted append leaves less than one maximal record behind; more is damage.
-      if (file.size() - offset < kMaxRecordSize) {
-        result.torn_tail = true;
-      } else {
-        result.corrupt = true;
-      }
-      break;
-    }
-    uint64_t& max = result.maxima[record.fence];
-    max = std::max(max, record.token);
-    ++result.records;
-    offset += size;
-    result.valid_end = offset;
-  }
+  if (file.size() >= kHeaderSize) result.version = HeaderVersion(file);
+  if (file.size() > kHeaderSize) ReplaySlice(file.substr(kHeaderSize), kHeaderSize, file.size(), &result);
   return result;
+}
+
+Status ReplayFile(FileOps& ops, const std::string& path, int fd, uint64_t end, ReplayResult* result) {
+  *result = ReplayResult{};
+  std::string buffer;
+  uint64_t buffer_offset = 0;  // file offset of buffer[0]
+  uint64_t read_to = 0;        // file offset read so far
+  bool header_checked = false;
+  while (!header_checked || (result->valid_end < end && !result->torn_tail && !result->corrupt)) {
+    // Keep what the last slice left undecoded, then read the next slice after it.
+    const uint64_t want = std::min<uint64_t>(kReplaySliceBytes, end - read_to);
+    const size_t kept = buffer.size();
+    buffer.resize(kept + want);
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t n = ops.Pread(fd, buffer.data() + kept + got, want - got, static_cast<off_t>(read_to + got));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::Error(path + ": read failed: " + std::strerror(errno));
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    buffer.resize(kept + got);
+    read_to += got;
+    if (got < want) end = read_to;  // shrank under us: replay what is there
+    if (!header_checked) {
+      std::string reason;
+      if (CheckHeader(buffer, &reason) != HeaderCheck::kValid) return Status::Error(path + ": " + reason);
+      result->version = HeaderVersion(buffer);
+      header_checked = true;
+      buffer_offset = kHeaderSize;
+      buffer.erase(0, kHeaderSize);
+    }
+    const uint64_t reached = ReplaySlice(buffer, buffer_offset, end, result);
+    if (result->torn_tail || result->corrupt || read_to >= end) break;
+    buffer.erase(0, static_cast<size_t>(reached - buffer_offset));
+    buffer_offset = reached;
+  }
+  return Status::Ok();
+}
+
+bool EncodeSnapshot(const FenceMaxima& maxima, const FenceKeyMaxima& keys,
+                    const std::function<bool(std::string_view)>& sink, uint64_t* key_bytes) {
+  std::string out = EncodeHeader();
+  uint64_t keyed = 0;
+  auto flush_if_full = [&](bool last) {
+    if (out.size() < kReplaySliceBytes && !last) return true;
+    if (!out.empty() && !sink(out)) return false;
+    out.clear();
+    return true;
+  };
+  // Fences in name order: those in maxima, and any that only the key map names (floor 0).
+  auto key_it = keys.begin();
+  auto write_keys = [&](const std::string& fence, const KeyMaxima& fence_keys) {
+    for (const auto& [key, token] : fence_keys) {
+      const size_t before = out.size();
+      EncodeKeyRecord(kRecordTypeKeyMax, fence, key, token, &out);
+      keyed += out.size() - before;
+      if (!flush_if_full(false)) return false;
+    }
+    return true;
+  };
+  for (const auto& [fence, token] : maxima) {
+    for (; key_it != keys.end() && key_it->first < fence; ++key_it) {
+      EncodeBody(kRecordTypeSetMax, key_it->first, {}, false, 0, &out);
+      if (!write_keys(key_it->first, key_it->second)) return false;
+    }
+    EncodeBody(kRecordTypeSetMax, fence, {}, false, token, &out);
+    if (key_it != keys.end() && key_it->first == fence) {
+      if (!write_keys(fence, key_it->second)) return false;
+      ++key_it;
+    }
+    if (!flush_if_full(false)) return false;
+  }
+  for (; key_it != keys.end(); ++key_it) {
+    EncodeBody(kRecordTypeSetMax, key_it->first, {}, false, 0, &out);
+    if (!write_keys(key_it->first, key_it->second)) return false;
+  }
+  if (key_bytes != nullptr) *key_bytes = keyed;
+  return flush_if_full(true);
 }
 
 bool WriteFully(FileOps& ops, int fd, std::string_view data) {
@@ -264,29 +459,69 @@ Status InstallTempFile(FileOps& fs, int fd, const std::string& tmp, const std::s
 
 }  // namespace
 
-Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd, FileOps* ops,
-                     bool* renamed) {
-  FileOps& fs = ops != nullptr ? *ops : *DefaultFileOps();
-  if (renamed != nullptr) *renamed = false;
-  const std::string tmp = SnapshotTempPath(path);
-  std::string data = EncodeHeader();
-  for (const auto& [fence, token] : maxima) {
-    if (!IsValidFenceName(fence)) return Status::Error(path + ": invalid fence name \"" + fence + "\"");
-    EncodeRecord(FenceRecord{fence, token}, &data);
-  }
+Status AbandonSnapshotTemp(FileOps& ops, int fd, const std::string& path, const std::string& what, int err) {
+  return AbandonTemp(ops, fd, SnapshotTempPath(path), what, err);
+}
 
+Status CreateSnapshotTemp(FileOps& fs, const std::string& path, int* fd) {
+  *fd = -1;
+  const std::string tmp = SnapshotTempPath(path);
   // A leftover from a crashed snapshot is garbage; O_EXCL then guarantees a fresh inode. Only
   // the holder of path's lock snapshots, so no other process is using this temp name.
   if (fs.Unlink(tmp) != 0 && errno != ENOENT) {
     return Status::Error(tmp + ": cannot remove stale snapshot: " + std::strerror(errno));
   }
-  const int fd = OpenRetrying(fs, tmp, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error(tmp + ": cannot create snapshot: " + std::strerror(errno));
+  const int created = OpenRetrying(fs, tmp, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (created < 0) return Status::Error(tmp + ": cannot create snapshot: " + std::strerror(errno));
   // Locked before it gets the real name, so no other process can take the new file's lock.
-  if (fs.Flock(fd, LOCK_EX | LOCK_NB) != 0) return AbandonTemp(fs, fd, tmp, "cannot lock snapshot", errno);
+  if (fs.Flock(created, LOCK_EX | LOCK_NB) != 0) return AbandonTemp(fs, created, tmp, "cannot lock snapshot", errno);
+  *fd = created;
+  return Status::Ok();
+}
 
+Status InstallSnapshotTemp(FileOps& fs, int fd, const std::string& path, bool* renamed) {
+  *renamed = false;
+  const std::string tmp = SnapshotTempPath(path);
+  if (fs.Rename(tmp, path) != 0) return AbandonTemp(fs, fd, tmp, "cannot rename to " + path, errno);
+  *renamed = true;
+  return SyncDirectory(fs, ParentDirectory(path));
+}
+
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, int* locked_fd, FileOps* ops,
+                     bool* renamed) {
+  return WriteSnapshot(path, maxima, FenceKeyMaxima{}, locked_fd, ops, renamed);
+}
+
+Status WriteSnapshot(const std::string& path, const FenceMaxima& maxima, const FenceKeyMaxima& keys,
+                     int* locked_fd, FileOps* ops, bool* renamed) {
+  FileOps& fs = ops != nullptr ? *ops : *DefaultFileOps();
+  if (renamed != nullptr) *renamed = false;
+  const std::string tmp = SnapshotTempPath(path);
+  // Every name and key checked before the disk is touched.
+  for (const auto& entry : maxima) {
+    if (!IsValidFenceName(entry.first)) return Status::Error(path + ": invalid fence name \"" + entry.first + "\"");
+  }
+  for (const auto& [fence, fence_keys] : keys) {
+    if (!IsValidFenceName(fence)) return Status::Error(path + ": invalid fence name \"" + fence + "\"");
+    for (const auto& entry : fence_keys) {
+      if (!IsValidFenceKey(entry.first)) return Status::Error(path + ": invalid fence key \"" + entry.first + "\"");
+    }
+  }
+
+  int fd = -1;
+  Status created = CreateSnapshotTemp(fs, path, &fd);
+  if (!created.ok()) return created;
+  int write_errno = 0;
+  const bool written = EncodeSnapshot(maxima, keys, [&](std::string_view piece) {
+    if (WriteFully(fs, fd, piece)) return true;
+    write_errno = errno;
+    return false;
+  });
+  if (!written) return AbandonTemp(fs, fd, tmp, "write failed", write_errno);
+  // A failed sync is not retried: this temp file is given up and a later try starts afresh.
+  if (fs.Fdatasync(fd) != 0) return AbandonTemp(fs, fd, tmp, "fdatasync failed", errno);
   bool moved = false;
-  Status status = InstallTempFile(fs, fd, tmp, path, data, &moved);
+  Status status = InstallSnapshotTemp(fs, fd, path, &moved);
   if (renamed != nullptr) *renamed = moved;
   if (!moved) return status;
   if (locked_fd != nullptr) {

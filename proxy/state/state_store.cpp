@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fcntl.h>
@@ -75,24 +76,6 @@ Status LockCurrentInode(FileOps& ops, const std::string& path, int fd, bool* rep
   return Status::Ok();
 }
 
-Status ReadWholeFile(FileOps& ops, const std::string& path, int fd, std::string* data) {
-  struct stat st {};
-  if (ops.Fstat(fd, &st) != 0) return Status::Error(path + ": fstat failed: " + Errno(errno));
-  data->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < data->size()) {
-    ssize_t n = ops.Pread(fd, data->data() + done, data->size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Error(path + ": read failed: " + Errno(errno));
-    }
-    if (n == 0) break;  // shrank under us; read what is there
-    done += static_cast<size_t>(n);
-  }
-  data->resize(done);
-  return Status::Ok();
-}
-
 // A snapshot a crash interrupted (or whose rename a crash undid), or the temp file of a creation
 // that found the file already there, is garbage: the file under the real name is complete
 // either way. Only called with the real file's lock held, so it is never the temp file of a
@@ -106,12 +89,6 @@ Status RemoveLeftoverSnapshot(FileOps& ops, const std::string& path) {
   }
   if (errno == ENOENT) return Status::Ok();
   return Status::Error(tmp + ": cannot remove leftover snapshot: " + Errno(errno));
-}
-
-uint64_t SnapshotBytes(const FenceMaxima& maxima) {
-  uint64_t bytes = kHeaderSize;
-  for (const auto& entry : maxima) bytes += EncodedRecordSize(entry.first);
-  return bytes;
 }
 
 }  // namespace
@@ -162,21 +139,19 @@ Status StateStore::Open(const std::string& path, const OpenOptions& options,
     if (!synced.ok()) return Status::Error(path + ": " + synced.message());
   }
 
-  std::string data;
-  Status read = ReadWholeFile(ops, path, s->fd_, &data);
+  struct stat st {};
+  if (ops.Fstat(s->fd_, &st) != 0) return Status::Error(path + ": fstat failed: " + Errno(errno));
+  ReplayResult replay;
+  Status read = ReplayFile(ops, path, s->fd_, static_cast<uint64_t>(st.st_size), &replay);
   if (!read.ok()) return read;
-
-  std::string reason;
-  if (CheckHeader(data, &reason) != HeaderCheck::kValid) return Status::Error(path + ": " + reason);
-
-  ReplayResult replay = ReplayRecords(data);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (replay.corrupt) {
     return Status::Error(path + ": corrupt record at byte offset " + std::to_string(replay.valid_end) +
                          ": " + replay.reason);
   }
-  s->file_bytes_ = data.size();
+  s->file_bytes_ = size;
   if (replay.torn_tail) {
-    const uint64_t dropped = data.size() - replay.valid_end;
+    const uint64_t dropped = size - replay.valid_end;
     LogWarn("state file: dropping a torn last record (a crash interrupted an append)",
             {{"file", path},
              {"offset", replay.valid_end},
@@ -195,10 +170,43 @@ Status StateStore::Open(const std::string& path, const OpenOptions& options,
     }
     s->torn_tail_bytes_ = dropped;
   }
+  s->version_ = replay.version;
   s->maxima_ = std::move(replay.maxima);
-  s->snapshot_bytes_ = SnapshotBytes(s->maxima_);
+  s->key_maxima_ = std::move(replay.key_maxima);
+  s->fence_snapshot_bytes_ = SnapshotFenceBytes(s->maxima_);
+  s->key_snapshot_bytes_ = SnapshotKeyBytes(s->key_maxima_);
+  if (s->version_ < kFormatVersion && s->locked_ && !options.read_only) {
+    Status upgraded = s->UpgradeToCurrentVersion();
+    if (!upgraded.ok()) return upgraded;
+  }
   *store = std::move(s);
   return Status::Ok();
+}
+
+// FORMAT.md "Versions": key records are only ever appended under a version-2 header, so an
+// older build refuses the file instead of taking a last key record for a torn tail.
+Status StateStore::UpgradeToCurrentVersion() {
+  int new_fd = -1;
+  bool renamed = false;
+  Status status = WriteSnapshot(path_, maxima_, key_maxima_, &new_fd, ops_, &renamed);
+  if (renamed) {
+    ops_->Close(fd_);  // the old, nameless inode's lock only
+    fd_ = new_fd;
+  }
+  if (!status.ok()) return Status::Error(path_ + ": cannot upgrade the state file to format version " +
+                                         std::to_string(kFormatVersion) + ": " + status.message());
+  LogInfo("state file upgraded to the current format version",
+          {{"file", path_}, {"from", version_}, {"to", kFormatVersion}});
+  version_ = kFormatVersion;
+  file_bytes_ = snapshot_bytes();
+  return Status::Ok();
+}
+
+FenceKeyMaxima StateStore::TakeKeyMaxima() {
+  keys_taken_ = true;
+  FenceKeyMaxima out = std::move(key_maxima_);
+  key_maxima_ = FenceKeyMaxima{};
+  return out;
 }
 
 StateStore::~StateStore() {
@@ -208,7 +216,7 @@ StateStore::~StateStore() {
 void StateStore::NoteMaximum(const std::string& fence, uint64_t token) {
   auto [it, inserted] = maxima_.try_emplace(fence, token);
   if (inserted) {
-    snapshot_bytes_ += EncodedRecordSize(fence);
+    fence_snapshot_bytes_ += EncodedRecordSize(fence);
   } else {
     it->second = std::max(it->second, token);
   }
@@ -226,8 +234,12 @@ Status StateStore::AppendAndSync(const std::vector<FenceRecord>& records) {
   buffer.reserve(records.size() * kMaxRecordSize);
   for (const FenceRecord& record : records) {
     // A caller bug, caught before the disk is touched: not a reason to fail the store.
-    if (!IsValidFenceName(record.fence)) {
-      return Status::Error(path_ + ": refusing to write invalid fence name \"" + record.fence + "\"");
+    if (std::string problem = RecordProblem(record); !problem.empty()) {
+      return Status::Error(path_ + ": refusing to write " + problem);
+    }
+    if (!record.key.empty() && version_ < 2) {
+      return Status::Error(path_ + ": refusing to write a key record into a version-" + std::to_string(version_) +
+                           " file (a locked, writable open upgrades it)");
     }
     EncodeRecord(record, &buffer);
   }
@@ -248,13 +260,18 @@ Status StateStore::AppendAndSync(const std::vector<FenceRecord>& records) {
   }
   ++sync_count_;
   file_bytes_ += buffer.size();
-  for (const FenceRecord& record : records) NoteMaximum(record.fence, record.token);
+  for (const FenceRecord& record : records) {
+    // A key record makes its fence exist; a forget folds into the floor (FORMAT.md "Replay").
+    const bool fence_part = record.key.empty() || record.kind == FenceRecord::Kind::kForgetKey;
+    NoteMaximum(record.fence, fence_part ? record.token : 0);
+    if (!keys_taken_) ApplyKeyRecord(record, &key_maxima_);
+  }
   return Status::Ok();
 }
 
 bool StateStore::CompactionDue() const {
-  return !failed_ && !read_only_ && locked_ && file_bytes_ > policy_.min_file_bytes &&
-         file_bytes_ > policy_.snapshot_ratio * snapshot_bytes_ && file_bytes_ >= compaction_retry_at_;
+  return !failed_ && !read_only_ && locked_ && !compaction_in_flight_ && file_bytes_ > policy_.min_file_bytes &&
+         file_bytes_ > policy_.snapshot_ratio * snapshot_bytes() && file_bytes_ >= compaction_retry_at_;
 }
 
 Status StateStore::Compact() {
@@ -262,24 +279,150 @@ Status StateStore::Compact() {
   // The lock must stay on whatever the name holds; without it, a rename could hand the file to
   // a second process.
   if (read_only_ || !locked_) return Status::Error(path_ + ": only a locked, writable store compacts");
+  std::unique_ptr<CompactionJob> job = StartCompaction();
+  if (!job) return Status::Error(path_ + ": a compaction is already in progress");
+  RunCompaction(*job);
+  return FinishCompaction(std::move(job));
+}
 
-  const uint64_t log_bytes = file_bytes_;
-  int new_fd = -1;
+std::unique_ptr<CompactionJob> StateStore::StartCompaction() {
+  if (failed_ || read_only_ || !locked_ || compaction_in_flight_) return nullptr;
+  auto job = std::make_unique<CompactionJob>();
+  job->path_ = path_;
+  job->ops_ = ops_;
+  job->log_fd_ = fd_;
+  job->prefix_end_ = file_bytes_;
+  job->background_ = file_bytes_ >= policy_.background_min_bytes;
+  compaction_in_flight_ = true;
+  return job;
+}
+
+void StateStore::RunCompaction(CompactionJob& job) {
+  FileOps& ops = *job.ops_;
+  // B1: the prefix [0, O) is stable (the log is append-only) and every byte of it was synced.
+  ReplayResult prefix;
+  Status read = ReplayFile(ops, job.path_, job.log_fd_, job.prefix_end_, &prefix);
+  if (!read.ok()) {
+    job.status_ = read;
+    return;
+  }
+  if (prefix.torn_tail || prefix.corrupt || prefix.valid_end != job.prefix_end_) {
+    job.status_ = Status::Error(job.path_ + ": the log did not replay cleanly for compaction at byte offset " +
+                                std::to_string(prefix.valid_end) + ": " + prefix.reason);
+    return;
+  }
+  // B2-B4: a fresh, locked PATH.tmp.
+  int fd = -1;
+  Status created = CreateSnapshotTemp(ops, job.path_, &fd);
+  if (!created.ok()) {
+    job.status_ = created;
+    return;
+  }
+  // B5: the snapshot of the prefix, in slices.
+  int write_errno = 0;
+  uint64_t written = 0;
+  const bool ok = EncodeSnapshot(
+      prefix.maxima, prefix.key_maxima,
+      [&](std::string_view piece) {
+        if (!WriteFully(ops, fd, piece)) {
+          write_errno = errno;
+          return false;
+        }
+        written += piece.size();
+        return true;
+      },
+      &job.key_bytes_);
+  for (const auto& entry : prefix.key_maxima) job.keys_ += entry.second.size();
+  prefix = ReplayResult{};  // the compactor's copy of the keys is freed before the sync
+  if (!ok) {
+    job.status_ = AbandonSnapshotTemp(ops, fd, job.path_, "write failed", write_errno);
+    return;
+  }
+  // B6. A failed sync is not retried: this temp file is given up and a later try starts afresh.
+  if (ops.Fdatasync(fd) != 0) {
+    job.status_ = AbandonSnapshotTemp(ops, fd, job.path_, "fdatasync failed", errno);
+    return;
+  }
+  job.tmp_fd_ = fd;
+  job.written_ = written;
+}
+
+void StateStore::NoteCompactionFailure(const Status& status) {
+  // A persistent failure (ENOSPC) must not turn every append into a compaction attempt, and at
+  // a million keys each attempt costs a snapshot: wait for that much growth (amortised O(1)).
+  compaction_retry_at_ = file_bytes_ + std::max(policy_.min_file_bytes, snapshot_bytes());
+  LogWarn("state file compaction failed; appending to the uncompacted log and retrying later",
+          {{"file", path_}, {"error", status.message()}, {"retry_at_bytes", compaction_retry_at_}});
+}
+
+Status StateStore::FinishCompaction(std::unique_ptr<CompactionJob> job, double* stall_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  auto stalled = [&] {
+    if (stall_seconds != nullptr) {
+      *stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  };
+  compaction_in_flight_ = false;
+  if (!job->status_.ok()) {
+    NoteCompactionFailure(job->status_);
+    stalled();
+    return job->status_;
+  }
+  if (failed_) {
+    // An append failed meanwhile: nothing is renamed any more; the finished part is dropped.
+    AbandonSnapshotTemp(*ops_, job->tmp_fd_, path_, "discarded", ECANCELED);
+    stalled();
+    return Status::Error(path_ + ": compaction discarded: an append failed while it ran");
+  }
+  const int tmp_fd = job->tmp_fd_;
+  // H1-H3: what the writer appended during the background part, each byte synced in the log.
+  const uint64_t end = file_bytes_;
+  if (end > job->prefix_end_) {
+    std::string tail(static_cast<size_t>(end - job->prefix_end_), '\0');
+    size_t got = 0;
+    while (got < tail.size()) {
+      const ssize_t n = ops_->Pread(fd_, tail.data() + got, tail.size() - got,
+                                    static_cast<off_t>(job->prefix_end_ + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        Status status = AbandonSnapshotTemp(*ops_, tmp_fd, path_, "cannot read the log's new records", err);
+        NoteCompactionFailure(status);
+        stalled();
+        return status;
+      }
+      got += static_cast<size_t>(n);
+    }
+    Status status = Status::Ok();
+    if (!WriteFully(*ops_, tmp_fd, tail)) {
+      status = AbandonSnapshotTemp(*ops_, tmp_fd, path_, "write failed", errno);
+    } else if (ops_->Fdatasync(tmp_fd) != 0) {
+      status = AbandonSnapshotTemp(*ops_, tmp_fd, path_, "fdatasync failed", errno);
+    }
+    if (!status.ok()) {
+      NoteCompactionFailure(status);
+      stalled();
+      return status;
+    }
+  }
+  // H4-H5.
   bool renamed = false;
-  Status status = WriteSnapshot(path_, maxima_, &new_fd, ops_, &renamed);
+  Status status = InstallSnapshotTemp(*ops_, tmp_fd, path_, &renamed);
   if (!renamed) {
     // The old log, its descriptor and its lock are untouched: keep appending, try again later.
-    compaction_retry_at_ = file_bytes_ + policy_.min_file_bytes;
-    LogWarn("state file compaction failed; appending to the uncompacted log and retrying later",
-            {{"file", path_}, {"error", status.message()}, {"retry_at_bytes", compaction_retry_at_}});
+    NoteCompactionFailure(status);
+    stalled();
     return status;
   }
-  // The snapshot holds the name (and our lock): append there. Closing the old descriptor
+  // H6: the snapshot holds the name (and our lock): append there. Closing the old descriptor
   // releases the lock on the old, now nameless, inode only.
+  const uint64_t log_bytes = file_bytes_;
   ops_->Close(fd_);
-  fd_ = new_fd;
-  file_bytes_ = snapshot_bytes_;
+  fd_ = tmp_fd;
+  file_bytes_ = job->written_ + (end - job->prefix_end_);
+  key_snapshot_bytes_ = job->key_bytes_;
   compaction_retry_at_ = 0;
+  stalled();
   if (!status.ok()) {
     // The rename may not be durable, and an fsync is never retried: same as a failed append.
     failed_ = true;
@@ -288,8 +431,12 @@ Status StateStore::Compact() {
     return status;
   }
   ++compaction_count_;
-  LogInfo("state file compacted",
-          {{"file", path_}, {"log_bytes", log_bytes}, {"snapshot_bytes", snapshot_bytes_}, {"fences", maxima_.size()}});
+  LogInfo("state file compacted", {{"file", path_},
+                                   {"log_bytes", log_bytes},
+                                   {"snapshot_bytes", job->written_},
+                                   {"bytes_appended_meanwhile", end - job->prefix_end_},
+                                   {"fences", maxima_.size()},
+                                   {"keys", job->keys_}});
   return Status::Ok();
 }
 

@@ -5,6 +5,8 @@
 
 #include "common/status.h"
 
+#include <boost/unordered/unordered_flat_map.hpp>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,14 +35,41 @@ struct FenceRecord {
 
 // fence -> its max; for a keyed fence, the floor its unknown keys start at.
 using FenceMaxima = std::map<std::string, uint64_t>;
-// fence -> (key -> the key's max), for the fences that have keys.
-using KeyMaxima = std::unordered_map<std::string, uint64_t>;
+// fence -> (key -> the key's max), for the fences that have keys. A flat map: at a million
+// keys of 16 bytes it saves the node allocation and the bucket array of std::unordered_map
+// (about 40 bytes per key).
+using KeyMaxima = boost::unordered_flat_map<std::string, uint64_t>;
 using FenceKeyMaxima = std::map<std::string, KeyMaxima, std::less<>>;
 
 // When the log is compacted: both bounds must be passed (FORMAT.md "Compaction").
 struct CompactionPolicy {
   uint64_t min_file_bytes = 64 * 1024;  // a small log is never worth rewriting
   uint64_t snapshot_ratio = 4;          // the log must be this many times its snapshot's size
+  // A log at least this large is snapshotted on a background thread (StateWriter); a smaller
+  // one inline on the writer thread, where it costs about what the hand-over would.
+  uint64_t background_min_bytes = 256 * 1024;
+};
+
+// A compaction in progress (FORMAT.md "Compaction"): made by StateStore::StartCompaction on the
+// writer thread, its background part run by StateStore::RunCompaction on any one thread, then
+// handed over by StateStore::FinishCompaction on the writer thread.
+class CompactionJob {
+ public:
+  bool background() const { return background_; }  // the policy's choice for this log's size
+  const Status& status() const { return status_; }   // of the background part, once run
+
+ private:
+  friend class StateStore;
+  std::string path_;
+  FileOps* ops_ = nullptr;
+  int log_fd_ = -1;          // the live log: only pread, below prefix_end_, which never changes
+  uint64_t prefix_end_ = 0;  // O: the log's end when the compaction started
+  bool background_ = false;
+  Status status_ = Status::Ok();
+  int tmp_fd_ = -1;          // PATH.tmp, written and synced, once the background part succeeded
+  uint64_t written_ = 0;     // the snapshot's bytes
+  uint64_t key_bytes_ = 0;   // of which key records
+  uint64_t keys_ = 0;
 };
 
 struct OpenOptions {
@@ -69,6 +98,12 @@ class StateStore {
 
   const std::string& path() const { return path_; }
   const FenceMaxima& maxima() const { return maxima_; }  // as replayed plus every append since
+  // fence -> key -> max, as replayed plus every append since, until TakeKeyMaxima() moves them
+  // out: from then on the store keeps no per-key state (the registry holds the only copy).
+  const FenceKeyMaxima& key_maxima() const { return key_maxima_; }
+  FenceKeyMaxima TakeKeyMaxima();
+  // The header version of the file as opened (a writable, locked open upgrades 1 to 2).
+  uint32_t format_version() const { return version_; }
   // maxima(), failed() and the counters are not synchronized: read them before a StateWriter
   // starts or after it is destroyed (StateWriter::failed() is the thread-safe view).
   uint64_t torn_tail_bytes() const { return torn_tail_bytes_; }
@@ -84,27 +119,44 @@ class StateStore {
   // True when the log has passed the compaction policy's bounds (and no failed compaction asks
   // to wait for more growth). Only a locked, writable, healthy store compacts.
   bool CompactionDue() const;
-  // Rewrites the file as a snapshot of maxima() and appends to the snapshot from then on
-  // (FORMAT.md "Compaction"). A failure before the snapshot takes the name is not terminal: the
-  // log is kept and the next try waits until it has grown by min_file_bytes more. A failure
-  // after it (the directory sync) is terminal, like a failed append.
+  // Rewrites the file as a snapshot of its state and appends to the snapshot from then on
+  // (FORMAT.md "Compaction"), all on the caller's thread. A failure before the snapshot takes
+  // the name is not terminal: the log is kept and the next try waits until it has grown by
+  // max(min_file_bytes, snapshot_bytes()) more. A failure after it (the directory sync) is
+  // terminal, like a failed append.
   Status Compact();
+  // The same in three steps, so that the bulk can run off the writer thread. StartCompaction
+  // (writer thread) gives null when this store may not compact or one is in flight.
+  // RunCompaction (any one thread, while the writer goes on appending) replays the log's prefix
+  // and writes and syncs the snapshot temp file; it touches nothing of the store. FinishCompaction
+  // (writer thread, between appends) copies what was appended meanwhile, syncs, renames, syncs
+  // the directory and switches to the new file; *stall_seconds (if not null) gets its duration.
+  // The store must outlive the job's background part.
+  std::unique_ptr<CompactionJob> StartCompaction();
+  static void RunCompaction(CompactionJob& job);
+  Status FinishCompaction(std::unique_ptr<CompactionJob> job, double* stall_seconds = nullptr);
   // Completed compactions (the snapshot under the name and the directory synced).
   uint64_t compaction_count() const { return compaction_count_; }
-  // The log's size as this store wrote it; and what a snapshot of maxima() would take.
+  // The log's size as this store wrote it; and what a snapshot would take: the fences exactly,
+  // the keys as of the last snapshot or replay (FORMAT.md "What the store knows").
   uint64_t file_bytes() const { return file_bytes_; }
-  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+  uint64_t snapshot_bytes() const { return fence_snapshot_bytes_ + key_snapshot_bytes_; }
 
  private:
   friend class StateStoreTestPeer;
   StateStore() = default;
   void NoteMaximum(const std::string& fence, uint64_t token);
+  void NoteCompactionFailure(const Status& status);
+  Status UpgradeToCurrentVersion();
 
   std::string path_;
   FileOps* ops_ = nullptr;
   CompactionPolicy policy_;
   int fd_ = -1;
   FenceMaxima maxima_;
+  FenceKeyMaxima key_maxima_;
+  bool keys_taken_ = false;
+  uint32_t version_ = 0;
   uint64_t torn_tail_bytes_ = 0;
   bool failed_ = false;
   bool read_only_ = false;
@@ -112,7 +164,9 @@ class StateStore {
   uint64_t sync_count_ = 0;
   uint64_t compaction_count_ = 0;
   uint64_t file_bytes_ = 0;
-  uint64_t snapshot_bytes_ = 0;
+  uint64_t fence_snapshot_bytes_ = 0;
+  uint64_t key_snapshot_bytes_ = 0;
+  bool compaction_in_flight_ = false;
   uint64_t compaction_retry_at_ = 0;  // after a failed compaction: the size to grow to first
 };
 

@@ -25,7 +25,8 @@ StateWriter::~StateWriter() {
     stopping_ = true;
   }
   cv_.notify_one();
-  thread_.join();
+  thread_.join();  // after it has handed over any compaction in flight
+  if (compactor_.joinable()) compactor_.join();
 }
 
 void StateWriter::Submit(std::string fence, uint64_t token, Done done) {
@@ -50,66 +51,142 @@ bool StateWriter::failed() const {
   return failed_;
 }
 
+double StateWriter::longest_compaction_stall_seconds() const {
+  return static_cast<double>(longest_stall_ns_.load(std::memory_order_relaxed)) / 1e9;
+}
+
+double StateWriter::last_compaction_stall_seconds() const {
+  return static_cast<double>(last_stall_ns_.load(std::memory_order_relaxed)) / 1e9;
+}
+
+// One batch as few records as replay needs (FORMAT.md "Appends"): a fence's max and floor is
+// a max over the whole batch; a key's max is a max only between two forgets of that key, so a
+// forget ends the key's stretch and a later raise of it gets a record after the forget.
+std::vector<FenceRecord> StateWriter::Collapse(const std::deque<Pending>& batch) {
+  std::vector<FenceRecord> records;
+  std::map<std::string, size_t, std::less<>> fence_at;                 // fence -> its SET_MAX
+  std::map<std::pair<std::string, std::string>, size_t> key_at;        // (fence, key) -> its KEY_MAX
+  for (const auto& p : batch) {
+    const FenceRecord& r = p.record;
+    if (r.kind == FenceRecord::Kind::kForgetKey) {
+      key_at.erase({r.fence, r.key});
+      records.push_back(r);
+      continue;
+    }
+    size_t* at = nullptr;
+    if (r.key.empty()) {
+      auto [it, inserted] = fence_at.try_emplace(r.fence, records.size());
+      if (!inserted) at = &it->second;
+    } else {
+      auto [it, inserted] = key_at.try_emplace({r.fence, r.key}, records.size());
+      if (!inserted) at = &it->second;
+    }
+    if (at == nullptr) {
+      records.push_back(r);
+    } else {
+      records[*at].token = std::max(records[*at].token, r.token);
+    }
+  }
+  return records;
+}
+
 void StateWriter::Run() {
   for (;;) {
     std::deque<Pending> batch;
     bool failed;
+    bool hand_over = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {  // stopping, and everything submitted is answered
+      cv_.wait(lock, [this] { return job_done_ || !queue_.empty() || (stopping_ && !job_running_); });
+      if (job_done_) {
+        // Between two batches: the hand-over goes first, so it delays one batch at most.
+        job_done_ = false;
+        job_running_ = false;
+        hand_over = true;
+      } else if (queue_.empty()) {  // stopping, everything submitted is answered, no compaction left
         exited_ = true;
         return;
-      }
-      batch.swap(queue_);
-      failed = failed_;
-    }
-
-    bool ok = false;
-    if (!failed) {
-      // Replay keeps the maximum, so one record per fence (its highest) says all the batch says.
-      std::map<std::string, uint64_t> highest;
-      for (const Pending& p : batch) {
-        uint64_t& max = highest[p.record.fence];
-        max = std::max(max, p.record.token);
-      }
-      std::vector<FenceRecord> records;
-      records.reserve(highest.size());
-      for (auto& [fence, token] : highest) records.push_back(FenceRecord{fence, token});
-
-      const auto start = std::chrono::steady_clock::now();
-      Status status = store_.AppendAndSync(records);
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      if (observe_sync_) observe_sync_(took.count());
-      ok = status.ok();
-      if (!ok) {
-        LogError("state writer: raise not durable; failing it and every later one",
-                 {{"error", status.message()}, {"raises", batch.size()}});
-        // Set before the callbacks run, so a callback that asks failed() sees the truth.
-        std::lock_guard<std::mutex> lock(mu_);
-        failed_ = true;
+      } else {
+        batch.swap(queue_);
+        failed = failed_;
       }
     }
-    // Outside the mutex: a callback may Submit again.
-    for (Pending& p : batch) {
-      if (p.done) p.done(ok);
+    if (hand_over) {
+      FinishCompaction();
+      continue;
     }
-    // Only after a good sync, and after answering: compaction never delays an acknowledgement.
-    if (ok) CompactIfDue();
+    CommitBatch(batch, failed);
   }
 }
 
-void StateWriter::CompactIfDue() {
-  if (!store_.CompactionDue()) return;
-  const auto start = std::chrono::steady_clock::now();
-  Status status = store_.Compact();  // logs its own outcome
-  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+void StateWriter::CommitBatch(std::deque<Pending>& batch, bool failed) {
+  bool ok = false;
+  if (!failed) {
+    const std::vector<FenceRecord> records = Collapse(batch);
+    const auto start = std::chrono::steady_clock::now();
+    Status status = store_.AppendAndSync(records);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (observe_sync_) observe_sync_(took.count());
+    ok = status.ok();
+    if (!ok) {
+      LogError("state writer: raise not durable; failing it and every later one",
+               {{"error", status.message()}, {"raises", batch.size()}});
+      // Set before the callbacks run, so a callback that asks failed() sees the truth.
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ = true;
+    }
+  }
+  // Outside the mutex: a callback may Submit again.
+  for (Pending& p : batch) {
+    if (p.done) p.done(ok);
+  }
+  // Only after a good sync, and after answering: compaction never delays an acknowledgement.
+  if (ok) StartCompactionIfDue();
+}
+
+void StateWriter::StartCompactionIfDue() {
+  if (job_ || !store_.CompactionDue()) return;
+  job_ = store_.StartCompaction();
+  if (!job_) return;
+  job_start_ = std::chrono::steady_clock::now();
+  if (!job_->background()) {
+    // A small log: the whole compaction costs about what a hand-over would.
+    StateStore::RunCompaction(*job_);
+    FinishCompaction();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_running_ = true;
+  }
+  if (compactor_.joinable()) compactor_.join();  // the previous one, long finished
+  compactor_ = std::thread([this, job = job_.get()] {
+    StateStore::RunCompaction(*job);
+    std::lock_guard<std::mutex> lock(mu_);
+    job_done_ = true;
+    cv_.notify_one();
+  });
+}
+
+void StateWriter::FinishCompaction() {
+  const bool background = job_->background();
+  double hand_over = 0;
+  Status status = store_.FinishCompaction(std::move(job_), &hand_over);  // logs its own outcome
+  const auto now = std::chrono::steady_clock::now();
+  // Inline, the writer was busy with all of it; in the background case only with the hand-over.
+  const double stall = background ? hand_over : std::chrono::duration<double>(now - job_start_).count();
+  const auto stall_ns = static_cast<uint64_t>(stall * 1e9);
+  last_stall_ns_.store(stall_ns, std::memory_order_relaxed);
+  if (stall_ns > longest_stall_ns_.load(std::memory_order_relaxed)) {
+    longest_stall_ns_.store(stall_ns, std::memory_order_relaxed);
+  }
   compactions_.store(store_.compaction_count(), std::memory_order_relaxed);
   if (store_.failed()) {  // a failed directory sync after the rename: terminal
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
   }
   // After failed_ is set, so that an observer asking failed() hears a terminal failure.
+  const std::chrono::duration<double> took = now - job_start_;
   if (observe_compaction_) observe_compaction_(status.ok(), took.count());
 }
 

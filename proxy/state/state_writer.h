@@ -2,12 +2,16 @@
 // The one thread that touches the state file after start-up. I/O threads submit raises; the
 // writer takes every raise queued so far, appends them with one write and one fdatasync
 // (group commit), then completes each raise. No I/O thread ever waits on the disk. After a
-// successful batch it also compacts the log when the store says it is due, off the I/O threads
-// and after the batch's raises have been answered.
+// successful batch it also starts a compaction when the store says it is due, after the batch's
+// raises have been answered: a large log's snapshot is written by a compactor thread while the
+// writer goes on committing batches, and only the short hand-over (FORMAT.md "Compaction") runs
+// on the writer thread, between two batches.
 
 #include "state/state_store.h"
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -15,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fencing {
 
@@ -24,7 +29,8 @@ class StateWriter {
   using Done = std::function<void(bool ok)>;
   // Observes the seconds one write+sync took (state_sync_seconds); may be empty.
   using SyncObserver = std::function<void(double seconds)>;
-  // Observes each compaction attempt: whether it succeeded and the seconds it took; may be empty.
+  // Observes each compaction attempt: whether it succeeded and the seconds it took from start
+  // to hand-over (background part included); may be empty. Called on the writer thread.
   using CompactionObserver = std::function<void(bool ok, double seconds)>;
 
   StateWriter(StateStore& store, SyncObserver observe_sync, CompactionObserver observe_compaction = {});
@@ -35,25 +41,40 @@ class StateWriter {
   bool failed() const;
   // Completed compactions; safe from any thread.
   uint64_t compaction_count() const { return compactions_.load(std::memory_order_relaxed); }
+  // The longest time the writer thread spent on compaction instead of batches (the hand-over,
+  // or a whole inline compaction of a small log), and the last one; safe from any thread.
+  double longest_compaction_stall_seconds() const;
+  double last_compaction_stall_seconds() const;
 
  private:
   struct Pending {
     FenceRecord record;
     Done done;
   };
+  static std::vector<FenceRecord> Collapse(const std::deque<Pending>& batch);
   void Run();
-  void CompactIfDue();
+  void CommitBatch(std::deque<Pending>& batch, bool failed);
+  void StartCompactionIfDue();
+  void FinishCompaction();
 
   StateStore& store_;
   SyncObserver observe_sync_;
   CompactionObserver observe_compaction_;
   std::atomic<uint64_t> compactions_{0};
+  std::atomic<uint64_t> longest_stall_ns_{0};
+  std::atomic<uint64_t> last_stall_ns_{0};
+  // The compaction in flight (writer thread), its start, and its background thread.
+  std::unique_ptr<CompactionJob> job_;
+  std::chrono::steady_clock::time_point job_start_;
+  std::thread compactor_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool stopping_ = false;
   bool failed_ = false;
   bool exited_ = false;  // Run() has returned: a late Submit is answered by the caller's thread
+  bool job_running_ = false;  // a background part is in flight
+  bool job_done_ = false;     // ...and has finished: the writer hands it over next
   std::thread thread_;
 };
 

@@ -111,7 +111,7 @@ TEST_F(StateCommandTest, ShowWorksBesideARunningProxy) {
 }
 
 TEST_F(StateCommandTest, ShowReportsCorruptionWithTheOffset) {
-  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}, {std::string(60, 'z'), 4}});
   std::string data = ReadBytes(path_);
   data[kHeaderSize + 8] ^= 0x10;  // inside the first record
   {
@@ -228,7 +228,7 @@ TEST_F(StateCommandTest, SetOnAMissingFileCreatesNothing) {
 }
 
 TEST_F(StateCommandTest, SetRefusesACorruptFile) {
-  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}});
+  Seed({{"first", 1}, {std::string(60, 'x'), 2}, {std::string(60, 'y'), 3}, {std::string(60, 'z'), 4}});
   std::string data = ReadBytes(path_);
   data[kHeaderSize] ^= 0x01;
   {
@@ -282,6 +282,180 @@ TEST_F(StateCommandTest, SetRejectsInvalidTokens) {
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(Contains(r.out, "-> " + g.printed + "\n"));
   }
+}
+
+}  // namespace
+}  // namespace fencing
+
+namespace fencing {
+namespace {
+
+CommandResult ShowWith(const std::string& file, const StateShowOptions& options) {
+  CommandResult r;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  r.code = RunStateShow(file, options);
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.out = ::testing::internal::GetCapturedStdout();
+  return r;
+}
+
+CommandResult SetKey(const std::string& file, const std::string& fence, const std::string& token,
+                     const std::string& key) {
+  CommandResult r;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  r.code = RunStateSet(file, fence, token, key);
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.out = ::testing::internal::GetCapturedStdout();
+  return r;
+}
+
+StateShowOptions Opts(std::string fence, std::string key, bool keys) {
+  StateShowOptions o;
+  o.fence = std::move(fence);
+  o.key = std::move(key);
+  o.keys = keys;
+  return o;
+}
+
+FenceRecord Key(std::string fence, std::string key, uint64_t token) {
+  return FenceRecord{std::move(fence), token, std::move(key)};
+}
+
+class StateKeysCommandTest : public StateCommandTest {
+ protected:
+  void SeedKeys() {
+    Seed({{"orders", 7},
+          {"objects", 5},
+          Key("objects", "b", 90),
+          Key("objects", "a", 100),
+          Key("objects", "low", 1),  // below the floor: still known
+          Key("tenants", "t1", 3)});  // a fence with keys only: floor 0
+  }
+};
+
+TEST_F(StateKeysCommandTest, ShowAddsKeyCountsAndFloorsForKeyedFences) {
+  SeedKeys();
+  CommandResult r = Show(path_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "{\"fences\":{\"objects\":5,\"orders\":7,\"tenants\":0},"
+            "\"keys\":{\"objects\":{\"count\":3,\"floor\":5},\"tenants\":{\"count\":1,\"floor\":0}}}\n");
+}
+
+TEST_F(StateKeysCommandTest, ShowOneFenceItsKeysAndOneKey) {
+  SeedKeys();
+  CommandResult r = ShowWith(path_, Opts("objects", "", false));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"floor\":5,\"key_count\":3}\n");
+
+  r = ShowWith(path_, Opts("orders", "", false));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fence\":\"orders\",\"max\":7,\"key_count\":0}\n");
+
+  r = ShowWith(path_, Opts("objects", "", true));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"floor\":5,\"key_count\":3,\"keys\":{\"a\":100,\"b\":90,\"low\":1}}\n");
+
+  r = ShowWith(path_, Opts("objects", "a", false));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"key\":\"a\",\"max\":100}\n");
+
+  r = ShowWith(path_, Opts("objects", "low", false));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"key\":\"low\",\"max\":1}\n");
+}
+
+TEST_F(StateKeysCommandTest, ShowAnUnknownKeyGivesTheFloorAndExitsOne) {
+  SeedKeys();
+  CommandResult r = ShowWith(path_, Opts("objects", "zz", false));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"key\":\"zz\",\"known\":false,\"floor\":5}\n");
+  EXPECT_TRUE(Contains(r.err, "key \"zz\" of fence \"objects\" is unknown: it starts at the fence's floor, 5"));
+  r = ShowWith(path_, Opts("orders", "k", false));  // an unkeyed fence knows no key
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(Contains(r.out, "\"known\":false,\"floor\":7"));
+}
+
+TEST_F(StateKeysCommandTest, ShowRefusesBadArgumentsWithTheRule) {
+  SeedKeys();
+  CommandResult r = ShowWith(path_, Opts("nope", "", false));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "fencing-proxy state show: fence \"nope\" is not in " + path_ + "\n");
+  r = ShowWith(path_, Opts("objects", "a/b", false));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "fencing-proxy state show: invalid fence key \"a/b\": use 1 to 128 characters of A-Z, a-z, 0-9, '-', "
+            "'.', '_' and '~'\n");
+  r = ShowWith(path_, Opts("objects", std::string(129, 'k'), false));
+  EXPECT_EQ(r.code, 2);
+  r = ShowWith(path_, Opts("", "a", false));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Contains(r.err, "--key and --keys need --fence NAME"));
+  r = ShowWith(path_, Opts("objects", "a", true));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Contains(r.err, "not both"));
+}
+
+TEST_F(StateKeysCommandTest, SetOneKeyRaisesLowersAndAddsIt) {
+  SeedKeys();
+  CommandResult r = SetKey(path_, "objects", "50", "a");  // lowering: the repair path
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "objects key a: 100 -> 50\n");
+  r = SetKey(path_, "objects", "8", "new");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "objects key new: none (floor 5) -> 8\n");
+  r = SetKey(path_, "orders", "2", "k");  // the first key of a fence
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "orders key k: none (floor 7) -> 2\n");
+  r = SetKey(path_, "fresh", "4", "k");  // a new fence, through its key
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "fresh key k: none (floor 0) -> 4\n");
+
+  std::unique_ptr<StateStore> store;
+  ASSERT_TRUE(StateStore::Open(path_, {}, &store).ok());
+  EXPECT_EQ(store->maxima(), (FenceMaxima{{"fresh", 0}, {"objects", 5}, {"orders", 7}, {"tenants", 0}}));
+  const FenceKeyMaxima& keys = store->key_maxima();
+  EXPECT_EQ(keys.at("objects").at("a"), 50u);
+  EXPECT_EQ(keys.at("objects").at("b"), 90u);  // the others untouched
+  EXPECT_EQ(keys.at("objects").at("low"), 1u);
+  EXPECT_EQ(keys.at("objects").at("new"), 8u);
+  EXPECT_EQ(keys.at("orders").at("k"), 2u);
+  EXPECT_EQ(keys.at("fresh").at("k"), 4u);
+  EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+}
+
+TEST_F(StateKeysCommandTest, SetWithoutAKeyOnAKeyedFenceSetsItsFloor) {
+  SeedKeys();
+  CommandResult r = Set(path_, "objects", "2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "objects floor: 5 -> 2\n");
+  r = ShowWith(path_, Opts("objects", "", true));
+  EXPECT_EQ(r.out, "{\"fence\":\"objects\",\"floor\":2,\"key_count\":3,\"keys\":{\"a\":100,\"b\":90,\"low\":1}}\n");
+}
+
+TEST_F(StateKeysCommandTest, SetAKeyIsRefusedWhileAProxyHoldsTheLockAndRejectsBadKeys) {
+  SeedKeys();
+  const std::string before = ReadBytes(path_);
+  {
+    std::unique_ptr<StateStore> proxy;
+    ASSERT_TRUE(StateStore::Open(path_, {}, &proxy).ok());
+    CommandResult r = SetKey(path_, "objects", "1", "a");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(Contains(r.err, path_ + " is locked by another process"));
+  }
+  CommandResult r = SetKey(path_, "objects", "1", "a b");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "fencing-proxy state set: invalid fence key \"a b\": use 1 to 128 characters of A-Z, a-z, 0-9, '-', "
+            "'.', '_' and '~'\n");
+  r = SetKey(path_, "objects", "x1", "a");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(Contains(r.err, "invalid token \"x1\""));
+  EXPECT_EQ(ReadBytes(path_), before);
 }
 
 }  // namespace

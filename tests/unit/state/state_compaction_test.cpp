@@ -54,7 +54,9 @@ bool SubmitAndWait(StateWriter& writer, const std::string& fence, uint64_t token
 }
 
 // The calls one compaction makes, in order; the crash tests below name their steps by it.
+// Inline (Compact()), so nothing is appended meanwhile and the hand-over's copy is skipped.
 const std::vector<FileOp> kCompactionCalls = {
+    FileOp::kPread,          // B1: the log's prefix, replayed
     FileOp::kUnlink,         // a stale FILE.tmp
     FileOp::kOpen,           // FILE.tmp, O_CREAT|O_EXCL
     FileOp::kFlock,          // locked before it has the real name
@@ -64,10 +66,10 @@ const std::vector<FileOp> kCompactionCalls = {
     FileOp::kSyncDirectory,  // the rename is durable
     FileOp::kClose,          // the old log (and its inode's lock)
 };
-constexpr size_t kBeforeTmpSync = 5;  // 1-based call numbers within kCompactionCalls
-constexpr size_t kBeforeRename = 6;
-constexpr size_t kBeforeDirSync = 7;
-constexpr size_t kBeforeClose = 8;
+constexpr size_t kBeforeTmpSync = 6;  // 1-based call numbers within kCompactionCalls
+constexpr size_t kBeforeRename = 7;
+constexpr size_t kBeforeDirSync = 8;
+constexpr size_t kBeforeClose = 9;
 
 class StateCompactionTest : public ::testing::Test {
  protected:

@@ -74,6 +74,14 @@ std::string SetMaxPayload(uint64_t token, uint8_t name_size, const std::string& 
   return p;
 }
 
+std::string KeyPayload(uint64_t token, uint8_t name_size, const std::string& name, uint8_t key_size,
+                       const std::string& key) {
+  std::string p = SetMaxPayload(token, name_size, name);
+  p.push_back(static_cast<char>(key_size));
+  p += key;
+  return p;
+}
+
 class StateTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -138,7 +146,7 @@ TEST(StateLogFormat, HeaderLayout) {
   const std::string header = EncodeHeader();
   ASSERT_EQ(header.size(), kHeaderSize);
   EXPECT_EQ(header.substr(0, 8), "FENCELOG");
-  EXPECT_EQ(header.substr(8, 4), std::string("\x01\x00\x00\x00", 4));
+  EXPECT_EQ(header.substr(8, 4), std::string("\x02\x00\x00\x00", 4));  // version 2
   std::string crc;
   PutU32(&crc, MaskCrc(Crc32c(header.substr(0, 12))));
   EXPECT_EQ(header.substr(12, 4), crc);
@@ -156,11 +164,19 @@ TEST(StateLogFormat, SetMaxRecordLayout) {
   EXPECT_EQ(out, RawRecord(1, SetMaxPayload(0x0102030405060708ull, 2, "ab")));
 }
 
-TEST(StateLogFormat, LongestNameMakesTheMaximalRecord) {
+TEST(StateLogFormat, LongestNameAndKeyMakeTheMaximalRecord) {
   std::string out;
   EncodeRecord(FenceRecord{std::string(kMaxFenceNameSize, 'z'), kU64Max}, &out);
+  EXPECT_EQ(out.size(), 80u);  // the longest SET_MAX, version 1's bound
+  out.clear();
+  EncodeRecord(FenceRecord{std::string(kMaxFenceNameSize, 'z'), kU64Max, std::string(kMaxKeySize, '~')}, &out);
   EXPECT_EQ(out.size(), kMaxRecordSize);
-  EXPECT_EQ(kMaxRecordSize, 80u);
+  EXPECT_EQ(kMaxRecordSize, 209u);
+  out.clear();
+  EncodeRecord(FenceRecord{std::string(kMaxFenceNameSize, 'z'), kU64Max, std::string(kMaxKeySize, '~'),
+                           FenceRecord::Kind::kForgetKey},
+               &out);
+  EXPECT_EQ(out.size(), kMaxRecordSize);
 }
 
 TEST(StateLogFormat, FenceNames) {
@@ -319,9 +335,9 @@ TEST_F(StateTest, BadMagicIsRefused) {
 TEST_F(StateTest, UnknownVersionIsRefused) {
   std::string data;
   WriteLog({{"a", 1}}, &data);
-  // Version 2 with a header CRC that matches it: only the version is wrong.
+  // Version 3 with a header CRC that matches it: only the version is wrong.
   std::string header = std::string(kMagic);
-  PutU32(&header, 2);
+  PutU32(&header, 3);
   PutU32(&header, MaskCrc(Crc32c(header)));
   data.replace(0, kHeaderSize, header);
   WriteBytes(path_, data);
@@ -329,7 +345,7 @@ TEST_F(StateTest, UnknownVersionIsRefused) {
   Status s = Open(&store);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.message(), path_));
-  EXPECT_TRUE(Contains(s.message(), "unsupported format version 2"));
+  EXPECT_TRUE(Contains(s.message(), "unsupported format version 3 (this build reads versions 1 to 2)"));
 }
 
 TEST_F(StateTest, BadHeaderCrcIsRefused) {
@@ -400,7 +416,10 @@ TEST_F(StateTest, ShortFileThatIsNotAHeaderPrefixIsRefused) {
 
 TEST_F(StateTest, TruncatedAtEveryByteOfTheLastRecordIsATornTail) {
   const std::vector<FenceRecord> records = {
-      {"orders", 5}, {"billing", 9}, {"orders", 7}, {std::string(kMaxFenceNameSize, 'q'), kU64Max}};
+      {"orders", 5},
+      {"billing", 9},
+      {"orders", 7},
+      {std::string(kMaxFenceNameSize, 'q'), kU64Max, std::string(kMaxKeySize, 'K')}};  // the maximal record
   std::string full;
   const std::vector<size_t> offsets = WriteLog(records, &full);
   const size_t last = offsets.back();
@@ -458,7 +477,7 @@ TEST_F(StateTest, DamageBeforeValidRecordsIsCorruptionAtItsOffset) {
   // The victim is the second record; more than one maximal record of valid data follows it.
   const std::vector<FenceRecord> records = {
       {"first", 1}, {"victim-fence", 77}, {"after-one", 2}, {"after-two", 3}, {"after-three", 4},
-      {"after-four", 5}};
+      {"after-four", 5}, {"after-five", 6, "a-key"}, {"after-six", 7}, {"after-seven", 8}, {"after-eight", 9}};
   std::string full;
   const auto offsets = WriteLog(records, &full);
   const size_t start = offsets[1];
@@ -484,7 +503,11 @@ TEST_F(StateTest, DamageBeforeValidRecordsIsCorruptionAtItsOffset) {
 
 TEST_F(StateTest, DamageInTheFirstRecordNamesOffset16) {
   std::string full;
-  WriteLog({{"a", 1}, {"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", 2}, {"ccccccccccccccccccccc", 3}},
+  WriteLog({{"a", 1},
+            {"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", 2},
+            {"ccccccccccccccccccccc", 3},
+            {"dddddddddddddddddddddddddddddddddddddddddddddddddddd", 4},
+            {"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", 5}},
            &full);
   full[kHeaderSize + 7] ^= 0x01;
   WriteBytes(path_, full);
@@ -531,15 +554,25 @@ TEST_F(StateTest, WellChecksummedButInvalidRecordsAreCorruption) {
     std::string reason;
   };
   const std::vector<Case> cases = {
-      {RawRecord(2, SetMaxPayload(1, 1, "a")), "unknown record type 2"},
+      {RawRecord(4, SetMaxPayload(1, 1, "a")), "unknown record type 4"},
+      {RawRecord(0, SetMaxPayload(1, 1, "a")), "unknown record type 0"},
       {RawRecord(1, SetMaxPayload(1, 1, "A")), "invalid fence name"},
       {RawRecord(1, SetMaxPayload(1, 2, "a.")), "invalid fence name"},
       {RawRecord(1, SetMaxPayload(1, 3, "ab")), "name length 3 does not match payload length 11"},
       {RawRecord(1, SetMaxPayload(1, 0, "a")), "name length 0 does not match"},
-      {RawRecord(1, SetMaxPayload(1, 0, "")), "payload length 9 out of range 10..73"},
-      {RawRecord(1, SetMaxPayload(1, 65, std::string(65, 'a'))), "payload length 74 out of range"},
+      {RawRecord(1, SetMaxPayload(1, 0, "")), "payload length 9 out of range 10..202"},
+      {RawRecord(1, SetMaxPayload(1, 65, std::string(65, 'a'))), "invalid fence name"},  // 65 > 64
+      {RawRecord(1, SetMaxPayload(1, 194, std::string(194, 'a'))), "payload length 203 out of range 10..202"},
+      // Key records: the key rule, and both lengths against the payload's.
+      {RawRecord(2, KeyPayload(1, 1, "a", 2, "k/")), "invalid fence key"},
+      {RawRecord(3, KeyPayload(1, 1, "a", 3, "k%2")), "invalid fence key"},
+      {RawRecord(2, KeyPayload(1, 1, "A", 1, "k")), "invalid fence name"},
+      {RawRecord(2, KeyPayload(1, 1, "a", 0, "")), "invalid fence key"},  // empty
+      {RawRecord(2, KeyPayload(1, 1, "a", 2, "k")), "name length 1 and key length 2 do not match payload length 12"},
+      {RawRecord(3, KeyPayload(1, 9, "a", 1, "k")), "name length 9 does not fit payload length 12"},
+      {RawRecord(2, KeyPayload(1, 1, "a", 129, std::string(129, 'k'))), "invalid fence key"},
   };
-  const std::string tail = Encode({{std::string(60, 'x'), 1}, {std::string(60, 'y'), 2}});
+  const std::string tail = Encode({{std::string(60, 'x'), 1}, {std::string(60, 'y'), 2}, {std::string(60, 'z'), 3}});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.reason);
     std::string file = EncodeHeader() + Encode({{"ok", 1}});
