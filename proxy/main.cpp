@@ -91,7 +91,7 @@ int RunProxy(const std::string& config_path) {
   // Read now: the writer owns the store from here. The keys move out of the store (at a million
   // keys the registry holds the only copy in memory).
   const FenceMaxima maxima = store->maxima();
-  FenceKeyMaxima keys;
+  FenceKeyMaxima keys = store->TakeKeyMaxima();
   const size_t fences_at_start = maxima.size();
 
   Metrics metrics;

@@ -53,12 +53,12 @@ FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettin
       floor_(floor) {
   uint64_t highest = floor;
   for (Shard& shard : shards_) shard.map.reserve(keys.size() / kShards + keys.size() / (4 * kShards));
-  for (auto it = keys.begin(); it != keys.end(); it = keys.erase(it)) {
-    const auto& [key, max] = *it;
+  for (const auto& [key, max] : keys) {
     Shard& shard = ShardFor(Hash()(key));
     shard.map.emplace(PackedKey(key), Slot{max, nullptr, 0, false});
     highest = std::max(highest, max);
   }
+  keys = KeyMaxima{};  // a flat map gives nothing back per erase: the replayed copy goes at once
   uint64_t count = 0;
   for (const Shard& shard : shards_) count += shard.map.size();
   count_.store(count, std::memory_order_relaxed);
