@@ -2,8 +2,9 @@
 // through StateStore::Open read-only on a temp file, as `state show` reads it. Oracles: no
 // crash; the replay's verdict is consistent (valid_end inside the file, a torn tail shorter
 // than one maximal record, damage with a whole record or more after it); every fence name is
-// valid; the store opens exactly when the reader says the file is usable, with the same maxima;
-// and re-encoding the maxima replays to the same maxima.
+// valid, and so is every key, whose fence exists; a version-1 file has no keys; the store
+// (which replays in slices) opens exactly when the reader says the file is usable, with the same
+// maxima and keys; and re-encoding the maxima and keys as a snapshot replays to the same.
 
 #include "common/log.h"
 #include "fuzz_check.h"
@@ -45,10 +46,21 @@ void WriteTemp(std::string_view bytes) {
   ::close(fd);
 }
 
-void CheckMaxima(const FenceMaxima& maxima) {
+void CheckMaxima(const FenceMaxima& maxima, const FenceKeyMaxima& keys) {
   for (const auto& [fence, token] : maxima) {
     FUZZ_CHECK(IsValidFenceName(fence), "a replayed fence name is not valid");
   }
+  for (const auto& [fence, fence_keys] : keys) {
+    FUZZ_CHECK(maxima.count(fence) == 1, "a key of a fence that does not exist");
+    FUZZ_CHECK(!fence_keys.empty(), "a fence listed with no keys");
+    for (const auto& entry : fence_keys) FUZZ_CHECK(IsValidFenceKey(entry.first), "a replayed key is not valid");
+  }
+}
+
+uint64_t KeyCount(const FenceKeyMaxima& keys) {
+  uint64_t n = 0;
+  for (const auto& entry : keys) n += entry.second.size();
+  return n;
 }
 
 }  // namespace
@@ -83,18 +95,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (replay.torn_tail || replay.corrupt) FUZZ_CHECK(!replay.reason.empty(), "damage without a reason");
     FUZZ_CHECK(replay.maxima.size() <= replay.records, "more fences than records");
-    CheckMaxima(replay.maxima);
+    FUZZ_CHECK(KeyCount(replay.key_maxima) <= replay.records, "more keys than records");
+    FUZZ_CHECK(replay.version == HeaderVersion(file), "replay read another version than the header's");
+    if (replay.version == 1) FUZZ_CHECK(replay.key_maxima.empty(), "keys in a version-1 file");
+    CheckMaxima(replay.maxima, replay.key_maxima);
     usable = !replay.corrupt;
 
-    // Round trip: the maxima written as a snapshot replay to themselves, cleanly.
-    std::string snapshot = EncodeHeader();
-    for (const auto& [fence, token] : replay.maxima) EncodeRecord(FenceRecord{fence, token}, &snapshot);
+    // Round trip: the state written as a snapshot replays to itself, cleanly.
+    std::string snapshot;
+    uint64_t key_bytes = 0;
+    EncodeSnapshot(
+        replay.maxima, replay.key_maxima,
+        [&](std::string_view piece) {
+          snapshot.append(piece);
+          return true;
+        },
+        &key_bytes);
+    FUZZ_CHECK(snapshot.size() == SnapshotFenceBytes(replay.maxima) + key_bytes, "a snapshot of another size");
+    FUZZ_CHECK(key_bytes == SnapshotKeyBytes(replay.key_maxima), "a snapshot's key bytes miscounted");
     std::string again_reason;
     FUZZ_CHECK(CheckHeader(snapshot, &again_reason) == HeaderCheck::kValid, "an encoded header is not valid");
     const ReplayResult again = ReplayRecords(snapshot);
     FUZZ_CHECK(!again.torn_tail && !again.corrupt && again.valid_end == snapshot.size(),
                "an encoded snapshot does not replay cleanly");
     FUZZ_CHECK(again.maxima == replay.maxima, "an encoded snapshot replays to other maxima");
+    FUZZ_CHECK(again.key_maxima == replay.key_maxima, "an encoded snapshot replays to other keys");
   }
 
   // The store, read-only and unlocked as `state show` opens it: never writes, never truncates.
@@ -109,8 +134,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (opened.ok()) {
     FUZZ_CHECK(store != nullptr, "Open succeeded without a store");
     FUZZ_CHECK(store->torn_tail_bytes() < kMaxRecordSize, "torn_tail_bytes of a whole record or more");
-    CheckMaxima(store->maxima());
+    CheckMaxima(store->maxima(), store->key_maxima());
     FUZZ_CHECK(store->maxima() == replay.maxima, "the store replayed other maxima than the reader");
+    FUZZ_CHECK(store->key_maxima() == replay.key_maxima, "the store replayed other keys than the reader");
     if (header == HeaderCheck::kValid) {
       FUZZ_CHECK(store->torn_tail_bytes() == size - replay.valid_end, "the store reports another torn tail");
     }

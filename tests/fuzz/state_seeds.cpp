@@ -59,6 +59,32 @@ int main(int argc, char** argv) {
   ok = WriteSnapshot((out / "snapshot").string(), FenceMaxima{{"orders", 42}, {"notes", 9}}, nullptr).ok();
   if (!ok) return 1;
 
+  // Keys: raises, a key below the floor, a forget and the same key again, then a snapshot of
+  // such a state (one SET_MAX per fence, one KEY_MAX per key), and the longest key record.
+  using Kind = FenceRecord::Kind;
+  ok = Make(out / "keys", {{{"objects", 5}, {"objects", 100, "a"}, {"objects", 90, "b"}, {"objects", 1, "low"}},
+                           {{"objects", 90, "b", Kind::kForgetKey}, {"objects", 7, "b"}, {"tenants", 3, "t-1.x_y~z"}},
+                           {{"tenants", 3, "t-1.x_y~z", Kind::kForgetKey}}}) &&
+       Make(out / "longest-key-record", {{{name64, 18446744073709551615ull, std::string(128, 'K')}}});
+  if (!ok) return 1;
+  fs::remove(out / "keys-snapshot");
+  FenceKeyMaxima keys;
+  keys["objects"]["a"] = 100;
+  keys["objects"]["low"] = 1;
+  keys["only-keys"]["k"] = 4;
+  ok = WriteSnapshot((out / "keys-snapshot").string(), FenceMaxima{{"objects", 50}}, keys, nullptr).ok();
+  if (!ok) return 1;
+
+  // Version 1, as older builds wrote it: still read. And a key record under a version-1 header,
+  // which no build writes: damage.
+  std::string v1 = EncodeHeader(1);
+  EncodeRecord(FenceRecord{"orders", 9}, &v1);
+  EncodeRecord(FenceRecord{"notes", 2}, &v1);
+  Write(out / "version-1", v1);
+  std::string v1_keyed = v1;
+  EncodeRecord(FenceRecord{"orders", 10, "k"}, &v1_keyed);
+  Write(out / "version-1-with-a-key-record", v1_keyed);
+
   // Damage: a torn last record (truncated), damage followed by more than a record (corrupt),
   // a header cut short at creation, a foreign file, a future version.
   const std::string appends = Read(out / "appends");
@@ -68,8 +94,10 @@ int main(int argc, char** argv) {
   Write(out / "corrupt-first-record", corrupt);
   Write(out / "torn-creation", EncodeHeader().substr(0, 7));
   Write(out / "bad-magic", "FENCELOX" + appends.substr(8));
+  const std::string keyed = Read(out / "keys");
+  Write(out / "torn-key-tail", keyed.substr(0, keyed.size() - 9));
   std::string version = appends;
-  version[8] = 2;
+  version[8] = 3;
   Write(out / "future-version", version);
   return 0;
 }
