@@ -49,12 +49,16 @@ REFERENCE = "nginx"
 WORKLOADS = {
     "get": "GET pass-through, 32 conns",
     "put_equal": "PUT equal token, 32 conns",
+    "put_keyed": "PUT equal token, keyed route, 32 conns",
     "raise_serial": "PUT raising 1 fence, 1 conn",
     "raise_fences": "PUT raising 32 fences, 32 conns",
     "put_paced": "PUT equal token, paced, 4 conns",
+    "raise_keys": "PUT raising 10,000 keys, 32 conns",
 }
 EQUAL_TOKEN = "1000"      # the eq fence is raised to this once; every equal-token PUT carries it
 EQ_PATH = "/eq/1"
+KEYED_PATH = "/keyed/k1"  # route keyed (fence_key: path_segment 1): key k1, raised to EQUAL_TOKEN
+RAISE_KEYS_PREFIX = "/rkeys"  # route rkeys (keyed): raise_keys spreads its raises over its keys
 SERIAL_PATH = "/serial/1"
 PACED_CONNS = 4           # the paced equal-token load (alone, and beside the 32-fence raises)
 PACED_DELAY_MS = 2        # pause before each request on each paced connection
@@ -402,12 +406,14 @@ class Bench:
         for name in TARGETS:
             if name in self.args.targets:
                 self.targets[name] = self.start_target(name)
-        # The equal-token fence starts at EQUAL_TOKEN: one raise, before anything is measured.
+        # The equal-token fence (and key k1 of the keyed one) starts at EQUAL_TOKEN: one raise
+        # each, before anything is measured.
         for t in self.targets.values():
-            status, body = http_put(t.port, EQ_PATH, EQUAL_TOKEN)
-            if status // 100 != 2:
-                raise BenchError("%s: priming PUT %s X-Fencing-Token: %s -> HTTP %d %r"
-                                 % (t.name, EQ_PATH, EQUAL_TOKEN, status, body[:300]))
+            for path in (EQ_PATH, KEYED_PATH):
+                status, body = http_put(t.port, path, EQUAL_TOKEN)
+                if status // 100 != 2:
+                    raise BenchError("%s: priming PUT %s X-Fencing-Token: %s -> HTTP %d %r"
+                                     % (t.name, path, EQUAL_TOKEN, status, body[:300]))
 
     def start_target(self, name):
         """Starts one target on fresh ports (its files are overwritten on a restart)."""
@@ -539,6 +545,9 @@ class Bench:
         elif workload == "put_equal":
             main = self.wrk_start(t, "put_equal.lua", 1, conns, seconds, [EQUAL_TOKEN, EQ_PATH],
                                   tag=workload)
+        elif workload == "put_keyed":
+            main = self.wrk_start(t, "put_equal.lua", 1, conns, seconds,
+                                  [EQUAL_TOKEN, KEYED_PATH], tag=workload)
         elif workload == "put_paced":
             main = self.wrk_start(t, "put_equal.lua", 1, PACED_CONNS, seconds,
                                   [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload)
@@ -553,6 +562,12 @@ class Bench:
                                   [self.raise_runs * TOKEN_STRIDE], tag=workload)
             side = self.wrk_start(t, "put_equal.lua", 1, PACED_CONNS, seconds,
                                   [EQUAL_TOKEN, EQ_PATH, PACED_DELAY_MS], tag=workload + "-side")
+        elif workload == "raise_keys":
+            self.raise_runs += 1
+            n = self.args.key_conns
+            main = self.wrk_start(t, "raise_keys.lua", n, n, seconds,
+                                  [self.raise_runs * TOKEN_STRIDE, self.args.keys,
+                                   RAISE_KEYS_PREFIX, n], tag=workload)
         else:
             raise BenchError("unknown workload %s" % workload)
         r = self.wrk_finish(main)
@@ -827,6 +842,17 @@ def summarize(bench):
                 s["raises_per_s"] = median([r.get("raises_per_s") for r in rs])
                 s["mean_sync_ms"] = median([r.get("mean_sync_ms") for r in rs])
                 s["sync_busy"] = median([r.get("sync_busy") for r in rs])
+        if w == "put_keyed":
+            # The keyed route against the unkeyed one, same target, same round (adjacent runs):
+            # what the key's hash lookup costs. For nginx and HAProxy both are the same request
+            # to a different path: their ratio is the noise of the pair.
+            unkeyed = by.get(("put_equal", t), {})
+            s["vs_unkeyed_rps"] = median([ratio(r["rps"], unkeyed[k]["rps"])
+                                          for k, r in rounds.items() if k in unkeyed])
+            s["vs_unkeyed_cpu"] = median([ratio(r["cpu_us_per_req"], unkeyed[k]["cpu_us_per_req"])
+                                          for k, r in rounds.items() if k in unkeyed])
+            s["vs_unkeyed_p99"] = median([ratio(lat(r, "p99"), lat(unkeyed[k], "p99"))
+                                          for k, r in rounds.items() if k in unkeyed])
         if w == "raise_fences":
             alone = by.get(("put_paced", t), {})
             s["side_p99_us"] = median([r["side"]["latency_us"]["p99"] for r in rs])
@@ -917,6 +943,36 @@ def goals(summary, targets):
     return out
 
 
+def goals_keys(summary):
+    """[(goal, measured, met)] for fencing-proxy, as issue 12 (fence keys) states them."""
+    fp, W = "fencing-proxy", summary["workloads"]
+
+    def get(w, key, t=fp):
+        return W.get(w, {}).get(t, {}).get(key)
+
+    def fmt(x, f="%.3f"):
+        return "n/a" if x is None else f % x
+    out = []
+    rr, cr, pr = get("put_keyed", "vs_unkeyed_rps"), get("put_keyed", "vs_unkeyed_cpu"), \
+        get("put_keyed", "vs_unkeyed_p99")
+    noise = ", ".join("%s %s×" % (t, fmt(get("put_keyed", "vs_unkeyed_rps", t)))
+                      for t in TARGETS if t != fp and get("put_keyed", "vs_unkeyed_rps", t))
+    out.append(("equal-token PUT on a keyed route within 3% of the unkeyed route (req/s and CPU "
+                "µs/req; 32 connections)",
+                "keyed ÷ unkeyed (median of same-round pairs): req/s %s×, CPU µs/req %s×, p99 "
+                "%s×%s" % (fmt(rr), fmt(cr), fmt(pr),
+                           "; the same pair through %s (noise)" % noise if noise else ""),
+                None if rr is None or cr is None else (rr >= 0.97 and cr <= 1.03)))
+    rk = get("raise_keys", "ratio_to_fsync")
+    out.append(("raises spread over 10,000 keys at 32 connections ≥ 5× the single-thread "
+                "fdatasync rate",
+                "%s raises/s (ratio to the probe just before each run, median: %s×); %s "
+                "syncs/raise" % (fmt(get("raise_keys", "rps"), "%.0f"), fmt(rk, "%.2f"),
+                                 fmt(get("raise_keys", "syncs_per_raise"))),
+                None if rk is None else rk >= 5.0))
+    return out
+
+
 def table(summary, targets, workloads):
     W = summary["workloads"]
 
@@ -945,7 +1001,8 @@ def table(summary, targets, workloads):
                      "before each fencing-proxy raise run: median %.0f/s (%.0f–%.0f/s)"
                      % (summary["fsync_per_s"], summary["fsync_range"][0],
                         summary["fsync_range"][1]))
-    for w, what in (("raise_serial", "serial raises"), ("raise_fences", "raises on 32 fences")):
+    for w, what in (("raise_serial", "serial raises"), ("raise_fences", "raises on 32 fences"),
+                    ("raise_keys", "raises over many keys of one fence")):
         s = W.get(w, {}).get("fencing-proxy")
         if s and s.get("syncs_per_raise") is not None:
             extra.append("- fencing-proxy %s: %.0f raises/s = %.2f× the fdatasync rate (median "
@@ -955,6 +1012,13 @@ def table(summary, targets, workloads):
                          % (what, s["raises_per_s"] or 0, s["ratio_to_fsync"] or 0,
                             s["syncs_per_raise"], s["syncs"], s["raises"], s["mean_sync_ms"] or 0,
                             100 * (s["sync_busy"] or 0)))
+    s = W.get("put_keyed", {})
+    if s:
+        extra.append("- equal-token PUT, keyed route ÷ unkeyed route (same target, same round, "
+                     "median): " + ", ".join(
+                         "%s req/s %s×, CPU %s×" % (t, num(s[t].get("vs_unkeyed_rps"), "%.3f"),
+                                                     num(s[t].get("vs_unkeyed_cpu"), "%.3f"))
+                         for t in targets if t in s))
     s = W.get("raise_fences", {})
     if s:
         extra.append("- paced equal-token load (%d conns, %d ms pause) beside the 32-fence raises, "
@@ -1000,6 +1064,8 @@ def parse_args(argv):
                    help="comma list of " + ", ".join(WORKLOADS))
     p.add_argument("--connections", type=int, default=32, help="connections for get/put_equal")
     p.add_argument("--fences", type=int, default=32, help="fences (and connections) for raise_fences")
+    p.add_argument("--keys", type=int, default=10000, help="keys of the one fence raise_keys raises")
+    p.add_argument("--key-conns", type=int, default=32, help="connections (and wrk threads) for raise_keys")
     p.add_argument("--idle-conns", type=int, help="idle keep-alive connections (default 1000; smoke 200)")
     p.add_argument("--idle-rounds", type=int, help="idle tests per target (default 3; smoke 1)")
     p.add_argument("--strace-requests", type=int,
@@ -1034,8 +1100,12 @@ def parse_args(argv):
             p.error("unknown workload %r" % w)
     if "raise_fences" in a.workloads and "put_paced" not in a.workloads:
         a.workloads.append("put_paced")     # the side load's baseline
+    if "put_keyed" in a.workloads and "put_equal" not in a.workloads:
+        a.workloads.insert(a.workloads.index("put_keyed"), "put_equal")   # its baseline
     if a.rounds < 1 or a.seconds <= 0 or a.connections < 1 or a.fences < 1 or a.idle_conns < 1:
         p.error("rounds, seconds, connections, fences and idle-conns must be positive")
+    if a.key_conns < 1 or a.keys < a.key_conns:
+        p.error("--key-conns must be positive and --keys at least --key-conns")
     a.binary = os.path.abspath(a.binary)
     return a
 
@@ -1095,8 +1165,10 @@ def main(argv):
     targets = [t for t in TARGETS if t in args.targets]
     summary = summarize(bench)
     gs = goals(summary, targets) if "fencing-proxy" in targets else []
+    gk = goals_keys(summary) if "fencing-proxy" in targets else []
     main_table, extra = table(summary, targets, args.workloads)
     gtable = goals_table(gs)
+    gktable = goals_table(gk)
     problems = [dict(round=r["round"], workload=r["workload"], target=r["target"],
                      problems=r["problems"]) for r in bench.runs if r["problems"]]
     for t, v in bench.syscalls.items():
@@ -1111,6 +1183,8 @@ def main(argv):
     log(extra + "\n")
     if gs:
         log("## Goals (issue 7)\n\n" + gtable + "\n")
+    if gk:
+        log("## Goals (issue 12: fence keys)\n\n" + gktable + "\n")
     if problems:
         log("## Problems")
         for p in problems:
@@ -1124,9 +1198,10 @@ def main(argv):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     doc = {"environment": env_info, "args": vars(args), "failure": failure, "summary": summary,
            "goals": [{"goal": g, "measured": m, "met": met} for g, m, met in gs],
+           "goals_keys": [{"goal": g, "measured": m, "met": met} for g, m, met in gk],
            "problems": problems, "fsync_rounds": bench.fsync, "syscalls": bench.syscalls,
            "idle": bench.idle, "runs": bench.runs,
-           "markdown": main_table + "\n\n" + extra + "\n\n" + gtable}
+           "markdown": main_table + "\n\n" + extra + "\n\n" + gtable + "\n\n" + gktable}
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as f:

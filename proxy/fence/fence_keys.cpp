@@ -84,7 +84,7 @@ KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token) {
   const size_t hash = Hash()(key);
   Shard& shard = ShardFor(hash);
   std::lock_guard lock(shard.mu);
-  auto it = shard.map.find(key);
+  auto it = shard.map.find(HashedKey{key, hash});
   if (it == shard.map.end()) {
     const uint64_t floor = floor_.load(std::memory_order_acquire);
     // Unknown: a token below the floor is stale, and creates nothing.
@@ -127,9 +127,10 @@ bool FenceKeys::Idle(const Active& active) {
 }
 
 std::optional<FenceSnapshot> FenceKeys::Find(std::string_view key) const {
-  const Shard& shard = ShardFor(Hash()(key));
+  const size_t hash = Hash()(key);
+  const Shard& shard = ShardFor(hash);
   std::lock_guard lock(shard.mu);
-  auto it = shard.map.find(key);
+  auto it = shard.map.find(HashedKey{key, hash});
   if (it == shard.map.end()) return std::nullopt;
   if (it->second.active) return it->second.active->fence.Snapshot();
   FenceSnapshot snapshot;

@@ -162,15 +162,23 @@ class FenceKeys : private FencePersister {
    private:
     char* data_;
   };
+  // A key with its hash already computed: the shard is chosen by the hash, and the lookup in the
+  // shard's map must not hash the key a second time (the request path hashes once).
+  struct HashedKey {
+    std::string_view key;
+    size_t hash;
+  };
   struct Hash {
     using is_transparent = void;
     size_t operator()(std::string_view key) const noexcept { return std::hash<std::string_view>()(key); }
     size_t operator()(const PackedKey& key) const noexcept { return (*this)(key.view()); }
+    size_t operator()(const HashedKey& key) const noexcept { return key.hash; }
   };
   struct Equal {
     using is_transparent = void;
     static std::string_view View(std::string_view key) { return key; }
     static std::string_view View(const PackedKey& key) { return key.view(); }
+    static std::string_view View(const HashedKey& key) { return key.key; }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const noexcept {
       return View(a) == View(b);
