@@ -8,4 +8,6 @@ build_dir=${BUILD_DIR:-build}
 python=()
 [ -x /usr/bin/python3 ] && python=(-DPython3_EXECUTABLE=/usr/bin/python3)
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "${python[@]}" "$@" >/dev/null
-cmake --build "$build_dir" -j"$(nproc)"
+# FP_BUILD_TARGETS: build only these (default: everything).
+# shellcheck disable=SC2086  # a list of target names
+cmake --build "$build_dir" -j"$(nproc)" ${FP_BUILD_TARGETS:+--target $FP_BUILD_TARGETS}
