@@ -14,10 +14,11 @@ if [ "${FP_QUICK:-0}" = 1 ]; then
   scripts/build.sh -DFP_WERROR=ON "$line_tables"
   ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(nproc)"
 else
-  # The full run builds and runs the unit tests once, under ASan+UBSan below (with -Werror, as
-  # here): on 2 cores a second build of them costs minutes and finds nothing the sanitized one
-  # misses. This build is the product binary the integration tests, the deployment checks and
-  # the benchmark smoke run against.
+  # The full run builds and runs the unit tests once, under ASan+UBSan below: on 2 cores a
+  # second build of them costs minutes and finds nothing the sanitized one misses (warnings in
+  # test code are errors in FP_QUICK=1 runs and in the -DFP_WERROR=ON development build). This
+  # build is the product binary the integration tests, the deployment checks and the benchmark
+  # smoke run against.
   FP_BUILD_TARGETS="fencing-proxy fp_drop_unsynced" scripts/build.sh -DFP_WERROR=ON "$line_tables"
   ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(nproc)" -R '^integration\.'
 fi
