@@ -44,6 +44,7 @@ FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettin
                      const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer)
     : name_(std::move(name)),
       settings_(settings),
+      forget_after_seconds_(static_cast<uint64_t>(std::ceil(settings.forget_idle_after.count() / 1000.0))),
       persister_(persister),
       state_failed_(state_failed),
       clock_(std::move(clock)),
@@ -167,10 +168,9 @@ void FenceKeys::Sweep(double now) {
   // Looking for keys to forget reads every key: a tenth of forget_idle_keys_after apart (1 s to
   // 1 min), so a key is forgotten at most ~10% late, and a million keys cost little.
   bool forget = false;
-  if (settings_.forget_idle_after.count() > 0 && now_tick >= next_forget_scan_) {
+  if (forget_after_seconds_ > 0 && now_tick >= next_forget_scan_) {
     forget = true;
-    const uint64_t idle_seconds = static_cast<uint64_t>(settings_.forget_idle_after.count() / 1000);
-    next_forget_scan_ = now_tick + static_cast<uint32_t>(std::clamp<uint64_t>(idle_seconds / 10, 1, 60));
+    next_forget_scan_ = now_tick + static_cast<uint32_t>(std::clamp<uint64_t>(forget_after_seconds_ / 10, 1, 60));
   }
   for (Shard& shard : shards_) {
     std::vector<ForgetCandidate> candidates;
@@ -202,10 +202,9 @@ void FenceKeys::FoldBack(Shard& shard, uint32_t now_tick) {
 }
 
 std::vector<FenceKeys::ForgetCandidate> FenceKeys::ForgetCandidates(Shard& shard, uint32_t now_tick) {
-  const uint64_t idle_ticks = static_cast<uint64_t>(std::ceil(settings_.forget_idle_after.count() / 1000.0));
   std::vector<ForgetCandidate> candidates;
   for (auto& [key, slot] : shard.map) {
-    if (slot.forgetting || uint64_t(slot.last_used) + idle_ticks > now_tick) continue;
+    if (slot.forgetting || uint64_t(slot.last_used) + forget_after_seconds_ > now_tick) continue;
     if (slot.active && !Idle(*slot.active)) continue;
     slot.forgetting = true;  // until the record is durable; a request clears it
     candidates.push_back({std::string(key.view()), slot.active ? slot.active->fence.max_token() : slot.max});

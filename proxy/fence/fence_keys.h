@@ -239,6 +239,7 @@ class FenceKeys : private FencePersister {
 
   const std::string name_;
   const KeySettings settings_;
+  const uint64_t forget_after_seconds_;  // forget_idle_after in whole seconds, rounded up; 0: never
   KeyPersister& persister_;
   const std::atomic<bool>& state_failed_;
   const Clock clock_;
