@@ -39,6 +39,19 @@ struct FenceKeySpec {
 enum class TokenOrder { kPerLock, kGlobal };
 // A key is 1-128 bytes of A-Z a-z 0-9 - . _ ~ (http/rules.h IsValidFenceKey).
 
+// Verified raises (contract "Verified raises"): a raise passes only if the route's lock service
+// says the token is the number of the lock's current holder.
+struct VerifySpec {
+  std::string service;  // a name in ProxyConfig::lock_services
+  // The lock's name in the service: an etcd key prefix (the holder's key is under LOCK/) or a
+  // ZooKeeper znode path (the holder is its lowest sequential child). Each "{key}" is replaced
+  // by the request's fence key (keyed routes only).
+  std::string lock;
+  bool enabled() const { return !service.empty(); }
+  // The lock of one request: lock with every "{key}" replaced by key.
+  std::string LockFor(std::string_view key) const;
+};
+
 struct RouteConfig {
   std::string name;    // unique, [a-z0-9_-]{1,64} (IsValidName, http/rules.h)
   std::string prefix;  // starts with '/', no trailing '/' (except "/" itself), unique
@@ -59,6 +72,44 @@ struct RouteConfig {
   uint64_t max_keys = 1000000;                  // per fence; a new key beyond it gets 503
   TokenOrder token_order = TokenOrder::kPerLock;
   std::chrono::milliseconds forget_idle_keys_after{0};  // 0: never; only with kGlobal
+  // Every route naming the fence agrees on it (a config error otherwise).
+  VerifySpec verify;
+};
+
+// A client of a lock service (contract "Verified raises"; the etcd client also carries shared
+// fences). Endpoints and hosts are as written; secrets are read from files, never the route file.
+struct TlsSettings {
+  std::string ca_file;    // empty: the system's trust store
+  std::string cert_file;  // client certificate (mutual TLS); with key_file
+  std::string key_file;
+  std::string server_name;  // SNI and the name checked in the server's certificate; empty: the endpoint's host
+};
+
+struct EtcdClientConfig {
+  // "http://host:port" or "https://host:port" (https needs TLS; tls: settings apply to it).
+  std::vector<std::string> endpoints;
+  std::chrono::milliseconds timeout{1000};  // per request, connect included
+  std::string username;                     // etcd auth (v3 Authenticate); empty: none
+  std::string password_file;                // the user's password, one line (a Kubernetes Secret)
+  bool tls = false;                         // set by any https endpoint or a tls: block
+  TlsSettings tls_settings;
+};
+
+struct ZooKeeperClientConfig {
+  std::string hosts;  // the C client's connect string: "h1:2181,h2:2181[/chroot]"
+  std::chrono::milliseconds timeout{1000};            // per verification
+  std::chrono::milliseconds session_timeout{10000};  // asked of the server at connect
+};
+
+struct LockServiceConfig {
+  enum class Kind { kEtcd, kZooKeeper };
+  std::string name;  // [a-z0-9_-]{1,64}, unique
+  Kind kind = Kind::kEtcd;
+  EtcdClientConfig etcd;            // kEtcd
+  ZooKeeperClientConfig zookeeper;  // kZooKeeper
+  std::chrono::milliseconds timeout() const {
+    return kind == Kind::kEtcd ? etcd.timeout : zookeeper.timeout;
+  }
 };
 
 struct Timeouts {
@@ -92,7 +143,9 @@ struct ProxyConfig {
   HeadersWithUnderscores headers_with_underscores = HeadersWithUnderscores::kDrop;
   Timeouts timeouts;
   Limits limits;
+  std::vector<LockServiceConfig> lock_services;  // in file order
   std::vector<RouteConfig> routes;
+  const LockServiceConfig* FindLockService(std::string_view name) const;
 };
 
 // One problem in the route file, positioned like a compiler error (1-based line and column).

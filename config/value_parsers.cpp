@@ -373,4 +373,25 @@ std::string HostPort::ToString() const {
   return host + ":" + port_text;
 }
 
+
+std::string VerifySpec::LockFor(std::string_view key) const {
+  static constexpr std::string_view kPlaceholder = "{key}";
+  std::string out;
+  out.reserve(lock.size() + key.size());
+  size_t from = 0;
+  for (size_t at; (at = lock.find(kPlaceholder, from)) != std::string::npos; from = at + kPlaceholder.size()) {
+    out.append(lock, from, at - from);
+    out.append(key);
+  }
+  out.append(lock, from);
+  return out;
+}
+
+const LockServiceConfig* ProxyConfig::FindLockService(std::string_view wanted) const {
+  for (const LockServiceConfig& service : lock_services) {
+    if (service.name == wanted) return &service;
+  }
+  return nullptr;
+}
+
 }  // namespace fencing
