@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "fence/fence_registry.h"
 #include "http/rules.h"
+#include "lockservice/lock_services.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -14,6 +15,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -32,7 +34,8 @@ constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr auto kAdminTimeout = std::chrono::seconds(10);
 
 http::response<http::string_body> Answer(const http::request<http::string_body>& req, Metrics& metrics,
-                                         FenceRegistry& registry, const std::function<bool()>& ready) {
+                                         FenceRegistry& registry, const LockServiceSet* lock_services,
+                                         const std::function<bool()>& ready) {
   http::response<http::string_body> res{http::status::ok, req.version()};
   std::string_view path = req.target();
   path = path.substr(0, path.find('?'));
@@ -58,7 +61,7 @@ http::response<http::string_body> Answer(const http::request<http::string_body>&
     }
   } else if (path == "/fences") {
     res.set(http::field::content_type, "application/json");
-    res.body() = FencesJson(registry);
+    res.body() = FencesJson(registry, lock_services);
   } else if (path.starts_with("/fences/")) {
     res.set(http::field::content_type, "application/json");
     std::string_view target = req.target();
@@ -80,7 +83,7 @@ http::response<http::string_body> Answer(const http::request<http::string_body>&
 }
 
 asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegistry& registry,
-                                 std::function<bool()> ready) {
+                                 const LockServiceSet* lock_services, std::function<bool()> ready) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -90,7 +93,7 @@ asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegi
     stream.expires_after(kAdminTimeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
     if (ec) break;
-    auto res = Answer(parser.get(), metrics, registry, ready);
+    auto res = Answer(parser.get(), metrics, registry, lock_services, ready);
     bool keep_alive = res.keep_alive();
     auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
     if (wec || !keep_alive) break;
@@ -100,12 +103,13 @@ asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegi
 }
 
 asio::awaitable<void> AcceptAdmin(tcp::acceptor& acceptor, Metrics& metrics, FenceRegistry& registry,
-                                  std::function<bool()> ready) {
+                                  const LockServiceSet* lock_services, std::function<bool()> ready) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) continue;
-    asio::co_spawn(acceptor.get_executor(), ServeAdmin(std::move(socket), metrics, registry, ready), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), ServeAdmin(std::move(socket), metrics, registry, lock_services, ready),
+                   asio::detached);
   }
 }
 
@@ -191,7 +195,7 @@ std::string FenceJson(const FenceRegistry& registry, std::string_view name, std:
   return Error("no such fence");
 }
 
-std::string FencesJson(const FenceRegistry& registry) {
+std::string FencesJson(const FenceRegistry& registry, const LockServiceSet* lock_services) {
   boost::json::object fences;
   for (const auto& entry : registry.Snapshot()) {
     boost::json::object fence;
@@ -205,12 +209,38 @@ std::string FencesJson(const FenceRegistry& registry) {
   boost::json::object doc;
   doc["fences"] = std::move(fences);
   doc["state_healthy"] = registry.healthy();
+  // Each lock service with its last error: an outage shows here (and in the metrics), not in
+  // /readyz, since equal tokens are still served without it.
+  boost::json::array services;
+  if (lock_services) {
+    for (const LockServiceEntry::Status& status : lock_services->Statuses()) {
+      boost::json::object service;
+      service["name"] = status.name;
+      service["kind"] = status.kind;
+      if (status.last_error.empty()) {
+        service["last_error"] = nullptr;
+      } else {
+        service["last_error"] = status.last_error;
+        service["last_error_seconds_ago"] = status.last_error_age_seconds;
+      }
+      service["verified"] = status.verified;
+      service["rejected"] = status.rejected;
+      service["unavailable"] = status.unavailable;
+      services.push_back(std::move(service));
+    }
+  }
+  doc["lock_services"] = std::move(services);
   return boost::json::serialize(doc) + "\n";
 }
 
 AdminServer::AdminServer(const HostPort& listen, Metrics& metrics, FenceRegistry& registry,
-                         std::function<bool()> ready)
-    : listen_(listen), metrics_(metrics), registry_(registry), ready_(std::move(ready)), acceptor_(ioc_) {}
+                         std::function<bool()> ready, const LockServiceSet* lock_services)
+    : listen_(listen),
+      metrics_(metrics),
+      registry_(registry),
+      lock_services_(lock_services),
+      ready_(std::move(ready)),
+      acceptor_(ioc_) {}
 
 AdminServer::~AdminServer() { Stop(); }
 
@@ -227,7 +257,7 @@ Status AdminServer::Start() {
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Error("cannot listen on admin address " + listen_.ToString() + ": " + ec.message());
-  asio::co_spawn(ioc_, AcceptAdmin(acceptor_, metrics_, registry_, ready_), asio::detached);
+  asio::co_spawn(ioc_, AcceptAdmin(acceptor_, metrics_, registry_, lock_services_, ready_), asio::detached);
   thread_ = std::thread([this] { ioc_.run(); });
   LogInfo("admin listening", {{"admin_listen", listen_.ToString()}});
   return Status::Ok();

@@ -17,12 +17,15 @@
 namespace fencing {
 
 class FenceRegistry;
+class LockServiceSet;
 class Metrics;
 
 class AdminServer {
  public:
   // ready() tells /readyz whether the proxy accepts requests (not draining, state healthy).
-  AdminServer(const HostPort& listen, Metrics& metrics, FenceRegistry& registry, std::function<bool()> ready);
+  // lock_services (may be null) are listed in /fences with their last errors.
+  AdminServer(const HostPort& listen, Metrics& metrics, FenceRegistry& registry, std::function<bool()> ready,
+              const LockServiceSet* lock_services = nullptr);
   ~AdminServer();
 
   Status Start();
@@ -33,13 +36,15 @@ class AdminServer {
   HostPort listen_;
   Metrics& metrics_;
   FenceRegistry& registry_;
+  const LockServiceSet* lock_services_;
   std::function<bool()> ready_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::thread thread_;
 };
 
-// The /fences document: {"fences": {"NAME": {"max_token", "pending", "inflight", "waiting"}}}.
-std::string FencesJson(const FenceRegistry& registry);
+// The /fences document: {"fences": {"NAME": {"max_token", "pending", "inflight", "waiting"}},
+// "state_healthy", "lock_services": [{"name", "kind", "last_error", ...}]}.
+std::string FencesJson(const FenceRegistry& registry, const LockServiceSet* lock_services = nullptr);
 // /fences/NAME and /fences/NAME?key=KEY: one fence, or one key of a keyed fence (404 with the
 // floor for a key it does not hold). *status: 200, 400 (bad query) or 404.
 std::string FenceJson(const FenceRegistry& registry, std::string_view name, std::string_view query,

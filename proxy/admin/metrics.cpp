@@ -52,6 +52,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                              .Name("fencing_proxy_raise_wait_seconds")
                              .Help("Time a raise waited for older in-flight writes of its fence to complete.")
                              .Register(*registry_);
+  lock_service_requests_total_ = &BuildCounter()
+                                     .Name("fencing_proxy_lock_service_requests_total")
+                                     .Help("Raises a lock service was asked to confirm, by result: verified (the "
+                                           "holder's token), rejected (not the holder's, or no holder), "
+                                           "unavailable (no answer within its timeout).")
+                                     .Register(*registry_);
+  lock_service_seconds_ = &BuildHistogram()
+                               .Name("fencing_proxy_lock_service_seconds")
+                               .Help("Time a lock service took to say who holds a lock (a raise's verification).")
+                               .Register(*registry_);
   state_sync_seconds_ = &BuildHistogram()
                              .Name("fencing_proxy_state_sync_seconds")
                              .Help("Duration of one write and fdatasync of the state file.")
@@ -132,6 +142,18 @@ const FenceMetrics& Metrics::ForFence(std::string_view fence) {
                                                 &fence_keys_->Add({{"fence", name}}),
                                                 &fence_keys_forgotten_total_->Add({{"fence", name}}));
   return *fences_.emplace(std::move(name), std::move(metrics)).first->second;
+}
+
+const LockServiceMetrics& Metrics::ForLockService(std::string_view service) {
+  std::lock_guard lock(mu_);
+  if (auto it = lock_services_.find(service); it != lock_services_.end()) return *it->second;
+  std::string name(service);
+  auto metrics = std::make_unique<LockServiceMetrics>();
+  metrics->verified = &lock_service_requests_total_->Add({{"service", name}, {"result", "verified"}});
+  metrics->rejected = &lock_service_requests_total_->Add({{"service", name}, {"result", "rejected"}});
+  metrics->unavailable = &lock_service_requests_total_->Add({{"service", name}, {"result", "unavailable"}});
+  metrics->seconds = &lock_service_seconds_->Add({{"service", name}}, kLatencyBuckets);
+  return *lock_services_.emplace(std::move(name), std::move(metrics)).first->second;
 }
 
 std::string Metrics::Serialize() const {

@@ -5,6 +5,7 @@
 
 #include "fence/fence_observer.h"
 #include "http/outcome.h"
+#include "lockservice/lock_services.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -50,6 +51,24 @@ struct FenceMetrics final : FenceObserver {
   void KeysForgotten(uint64_t count) const override { keys_forgotten->Increment(static_cast<double>(count)); }
 };
 
+// One lock service's answers (lock_service_requests_total{service,result}, lock_service_seconds).
+struct LockServiceMetrics final : LockServiceObserver {
+  prometheus::Counter* verified = nullptr;     // result="verified": the token is the holder's
+  prometheus::Counter* rejected = nullptr;     // result="rejected": another holder's, or nobody's
+  prometheus::Counter* unavailable = nullptr;  // result="unavailable": no answer (error, timeout)
+  prometheus::Histogram* seconds = nullptr;
+
+  void Answered(Verdict verdict, double took) const override {
+    switch (verdict) {
+      case Verdict::kVerified: verified->Increment(); break;
+      case Verdict::kNotHolder:
+      case Verdict::kNoHolder: rejected->Increment(); break;
+      case Verdict::kUnavailable: unavailable->Increment(); break;
+    }
+    seconds->Observe(took);
+  }
+};
+
 class Metrics final : public FenceRegistryObserver {
  public:
   Metrics();
@@ -58,6 +77,7 @@ class Metrics final : public FenceRegistryObserver {
   const RouteMetrics& ForRoute(std::string_view route);
   const FenceMetrics& ForFence(std::string_view fence) override;
   void StateWriteFailed() override { state_write_failures_->Increment(); }
+  const LockServiceMetrics& ForLockService(std::string_view service);
 
   prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
   prometheus::Gauge& connections() { return *connections_; }
@@ -82,6 +102,8 @@ class Metrics final : public FenceRegistryObserver {
   prometheus::Family<prometheus::Gauge>* fence_keys_;
   prometheus::Family<prometheus::Counter>* fence_keys_forgotten_total_;
   prometheus::Family<prometheus::Histogram>* raise_wait_seconds_;
+  prometheus::Family<prometheus::Counter>* lock_service_requests_total_;
+  prometheus::Family<prometheus::Histogram>* lock_service_seconds_;
   prometheus::Histogram* state_sync_seconds_;
   prometheus::Gauge* connections_;
   prometheus::Counter* connections_refused_;
@@ -97,6 +119,7 @@ class Metrics final : public FenceRegistryObserver {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;
   std::map<std::string, std::unique_ptr<FenceMetrics>, std::less<>> fences_;
+  std::map<std::string, std::unique_ptr<LockServiceMetrics>, std::less<>> lock_services_;
 };
 
 }  // namespace fencing

@@ -26,7 +26,10 @@ namespace fencing {
   X(kRejectedJump, "rejected_jump")           /* 409: a raise further than max_token_jump */            \
   X(kObservedJump, "observed_jump")           /* observe mode: would have been refused for its jump */ \
   X(kRejectedKey, "rejected_key")             /* 400: a keyed route's key missing or malformed */      \
-  X(kRejectedKeyLimit, "rejected_key_limit")  /* 503: a new key beyond the fence's max_keys */
+  X(kRejectedKeyLimit, "rejected_key_limit")  /* 503: a new key beyond the fence's max_keys */           \
+  X(kRejectedUnverified, "rejected_unverified") /* 409: a raise the lock service did not confirm */      \
+  X(kObservedUnverified, "observed_unverified") /* observe mode: a raise not confirmed, forwarded, max kept */ \
+  X(kLockServiceUnavailable, "lock_service_unavailable") /* 503: a raise the lock service could not check */
 
 enum class Outcome {
 #define FENCING_OUTCOME_ENUM(name, label) name,

@@ -20,6 +20,7 @@ std::string ProblemJson(const Problem& problem) {
   if (!problem.key.empty()) body["key"] = problem.key;
   if (problem.token) body["token"] = *problem.token;
   if (problem.max_token) body["max_token"] = *problem.max_token;
+  if (!problem.lock_service.empty()) body["lock_service"] = problem.lock_service;
   std::string text = boost::json::serialize(body);
   text.push_back('\n');
   return text;
@@ -33,6 +34,7 @@ http::response<http::string_body> MakeProblemResponse(const Problem& problem, un
   if (problem.status == http::status::conflict && problem.max_token) {
     response.set("X-Fencing-Token-Max", std::to_string(*problem.max_token));
   }
+  if (problem.retry_after) response.set(http::field::retry_after, std::to_string(*problem.retry_after));
   response.body() = ProblemJson(problem);
   response.keep_alive(keep_alive);
   response.prepare_payload();

@@ -36,6 +36,7 @@ namespace fencing {
   X(kMethodNotAllowed, "method-not-allowed", "Method not allowed", method_not_allowed)                    \
   X(kStaleToken, "stale-token", "Stale fencing token", conflict)                                           \
   X(kTokenJump, "token-jump", "Fencing token jumps too far", conflict)                                     \
+  X(kTokenNotVerified, "token-not-verified", "Fencing token not the lock holder's", conflict)             \
   X(kBodyTimeout, "body-timeout", "Request body too slow", request_timeout)                               \
   X(kBodyTooLarge, "body-too-large", "Request body too large", payload_too_large)                         \
   X(kMissingToken, "missing-token", "Fencing token required", precondition_required)                      \
@@ -43,6 +44,7 @@ namespace fencing {
   X(kUpstreamUnavailable, "upstream-unavailable", "Backend unreachable", bad_gateway)                     \
   X(kStateUnavailable, "state-unavailable", "Fence state unavailable", service_unavailable)               \
   X(kFenceKeyLimit, "fence-key-limit", "Too many fence keys", service_unavailable)                       \
+  X(kLockServiceUnavailable, "lock-service-unavailable", "Lock service unavailable", service_unavailable) \
   X(kUpstreamTimeout, "upstream-timeout", "Backend too slow", gateway_timeout)
 
 enum class ProblemType {
@@ -76,6 +78,8 @@ struct Problem {
   std::string_view key;    // the fence key of a keyed route; empty: omitted
   std::optional<uint64_t> token;
   std::optional<uint64_t> max_token;
+  std::string_view lock_service;      // a verified raise: the service asked; empty: omitted
+  std::optional<unsigned> retry_after;  // seconds; sent as Retry-After
 };
 
 // A problem of a catalogued type, without route or token details.
@@ -91,7 +95,7 @@ inline Problem MakeProblem(ProblemType type, std::string detail) {
 
 std::string ProblemJson(const Problem& problem);
 
-// The full response; 409 carries X-Fencing-Token-Max. keep_alive false adds Connection: close.
+// The full response; 409 carries X-Fencing-Token-Max, retry_after a Retry-After. keep_alive false adds Connection: close.
 boost::beast::http::response<boost::beast::http::string_body> MakeProblemResponse(
     const Problem& problem, unsigned http_version, bool keep_alive);
 

@@ -45,7 +45,7 @@ class LockService {
   virtual void FindHolder(std::string_view lock, Done done) = 0;
 
   // Ends the client: calls still pending complete with kUnavailable; FindHolder is not called
-  // after Stop. The destructor stops too.
+  // after Stop. Stop may be called more than once; the destructor stops too.
   virtual void Stop() = 0;
 };
 

@@ -5,6 +5,7 @@
 #include "fence/fence_registry.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <thread>
 
 namespace fencing {
@@ -12,8 +13,9 @@ namespace fencing {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics)
-    : config_(std::move(config)), registry_(registry), metrics_(metrics), shared_(metrics) {
+ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics,
+                         LockServiceSet& lock_services)
+    : config_(std::move(config)), registry_(registry), metrics_(metrics), lock_services_(lock_services), shared_(metrics) {
   shared_.max_connections = config_->limits.max_connections;
   shared_.backend_host = config_->backend.port == 80
                              ? config_->backend.host
@@ -26,12 +28,19 @@ std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const P
   std::vector<RouteRuntime> routes;
   routes.reserve(config->routes.size());
   for (const RouteConfig& route : config->routes) {
+    // The loader checked that the service exists; lock services are restart-only, so a reload
+    // names only services built at start.
+    LockServiceEntry* verifier = route.verify.enabled() ? lock_services_.Find(route.verify.service) : nullptr;
+    if (route.verify.enabled() && !verifier) {
+      throw std::logic_error("route " + route.name + " verifies with unknown lock service " + route.verify.service);
+    }
     if (route.fence_key.keyed()) {
       KeySettings settings{route.max_keys, route.forget_idle_keys_after};
       routes.push_back(RouteRuntime{&route, nullptr, &metrics_.ForRoute(route.name),
-                                    &registry_.GetOrCreateKeyed(route.fence, settings)});
+                                    &registry_.GetOrCreateKeyed(route.fence, settings), verifier});
     } else {
-      routes.push_back(RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name)});
+      routes.push_back(
+          RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name), nullptr, verifier});
     }
   }
   return std::make_shared<Runtime>(std::move(config), std::move(routes), &metrics_.ForRoute(kNoRouteLabel));

@@ -25,7 +25,9 @@ class FenceRegistry;
 
 class ProxyServer {
  public:
-  ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics);
+  // lock_services: the clients the routes' verify: names (built once; outlive the server).
+  ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics,
+              LockServiceSet& lock_services);
   ~ProxyServer();
 
   // Resolves the backend, binds every worker's listener and starts the threads.
@@ -47,6 +49,7 @@ class ProxyServer {
   std::shared_ptr<const ProxyConfig> config_;
   FenceRegistry& registry_;
   Metrics& metrics_;
+  LockServiceSet& lock_services_;
   ServerShared shared_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };

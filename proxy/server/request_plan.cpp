@@ -295,4 +295,43 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
   }
 }
 
+void ApplyVerification(RequestPlan& plan, const Verification& verification, std::string_view service,
+                       std::string_view lock) {
+  if (verification.verdict == Verdict::kVerified) return;
+  const bool observe = plan.route && plan.route->config->mode == FenceMode::kObserve;
+  // The max did not move: a 409 here carries no max (the client is not stale, it is not the
+  // holder), and the holder's number is not told to a client that could then send it.
+  plan.problem.max_token.reset();
+  plan.problem.lock_service = service;
+  const std::string lock_text = "'" + std::string(lock) + "'";
+  switch (verification.verdict) {
+    case Verdict::kVerified:
+      return;
+    case Verdict::kNotHolder:
+    case Verdict::kNoHolder:
+      if (observe) {
+        Forward(plan, Outcome::kObservedUnverified);
+        return;
+      }
+      RejectWith(plan, Outcome::kRejectedUnverified, ProblemType::kTokenNotVerified,
+                 verification.verdict == Verdict::kNoHolder
+                     ? "token " + std::to_string(plan.token) + " would raise the fence, but nobody holds lock " +
+                           lock_text + " in lock service '" + std::string(service) + "'"
+                     : "token " + std::to_string(plan.token) + " would raise the fence, but it is not the number of "
+                           "lock " + lock_text + "'s holder in lock service '" + std::string(service) + "'");
+      return;
+    case Verdict::kUnavailable:
+      if (observe) {
+        Forward(plan, Outcome::kObservedUnverified);
+        return;
+      }
+      RejectWith(plan, Outcome::kLockServiceUnavailable, ProblemType::kLockServiceUnavailable,
+                 "token " + std::to_string(plan.token) + " would raise the fence and must be confirmed by lock "
+                     "service '" + std::string(service) + "', which did not answer: " + verification.error +
+                     " (tokens equal to the fence's max are still served)");
+      plan.problem.retry_after = 1;
+      return;
+  }
+}
+
 }  // namespace fencing

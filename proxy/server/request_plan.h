@@ -46,4 +46,10 @@ RequestPlan PlanRequest(const boost::beast::http::request_header<>& head, const 
 // would refuse). Admission::kWaiting here means the raise did not finish in time.
 void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token);
 
+// A verified route's raise: not verified -> 409 token-not-verified; the service did not answer
+// -> 503 lock-service-unavailable with Retry-After (observe mode forwards both, the max kept).
+// Verified: the plan is unchanged and the raise goes to the fence.
+void ApplyVerification(RequestPlan& plan, const Verification& verification, std::string_view service,
+                       std::string_view lock);
+
 }  // namespace fencing

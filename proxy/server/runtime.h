@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "fence/fence.h"
 #include "fence/fence_keys.h"
+#include "lockservice/lock_services.h"
 #include "routing/route_table.h"
 
 #include <algorithm>
@@ -23,6 +24,7 @@ struct RouteRuntime {
   Fence* fence;  // unkeyed route: its fence; null for a keyed one
   const RouteMetrics* metrics;
   FenceKeys* keys = nullptr;  // keyed route (config->fence_key): one Fence per key
+  LockServiceEntry* verifier = nullptr;  // config->verify: who confirms a raise; null: nobody
 
   // Compared ignoring case: methods are case-sensitive in HTTP, but a backend that upper-cases
   // them would apply "put" as PUT, so "put" is fenced like PUT.

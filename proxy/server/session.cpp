@@ -4,6 +4,7 @@
 #include "http/ascii.h"
 #include "http/header_rewrite.h"
 #include "http/raw_head.h"
+#include "lockservice/raise_verifier.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -296,6 +297,7 @@ io::Awaitable<bool> Session::ServeOne() {
     co_return keep_alive;
   }
   const bool fenced = plan.action == RequestPlan::Action::kFence;
+  bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
   if (!body.complete() && !body.failed()) {
     if (fenced) {
       // Refused on the head, before 100 Continue and before the body is read.
@@ -303,6 +305,10 @@ io::Awaitable<bool> Session::ServeOne() {
       AdmitResult check = fence->Check(plan.token, plan.route->config->max_token_jump);
       if (check.admission != Admission::kAdmitted && plan.route->config->mode != FenceMode::kObserve) {
         ApplyAdmission(plan, check.admission, check.max_token);
+      } else if (check.admission == Admission::kAdmitted && plan.route->verifier && fence->IsRaise(plan.token)) {
+        verified = co_await VerifyToken(plan);  // an unconfirmed raise is refused before its body
+      }
+      if (plan.action == RequestPlan::Action::kReject) {
         metrics.Count(plan.outcome);
         BodyDecoder rest = body.decoder();
         keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
@@ -338,12 +344,19 @@ io::Awaitable<bool> Session::ServeOne() {
     AdmitResult result = fence->AdmitWithoutWaiting(plan.token, plan.route->config->max_token_jump);
     uint64_t max_token = result.max_token;
     Admission admission = result.admission;
-    if (admission == Admission::kWaiting) {
-      admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
-                                        config.timeouts.request);
+    // A raise on a verified route is confirmed before it can become pending (so before it can
+    // hold anyone up); joining a pending raise, which was confirmed, is not a raise.
+    if (admission == Admission::kWaiting && plan.route->verifier && !verified && fence->IsRaise(plan.token)) {
+      verified = co_await VerifyToken(plan);
     }
-    if (admission == Admission::kAdmitted) admitted = fence.get();
-    ApplyAdmission(plan, admission, max_token);
+    if (plan.action == RequestPlan::Action::kFence) {
+      if (admission == Admission::kWaiting) {
+        admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
+                                          config.timeouts.request);
+      }
+      if (admission == Admission::kAdmitted) admitted = fence.get();
+      ApplyAdmission(plan, admission, max_token);
+    }
   }
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
@@ -454,6 +467,14 @@ io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uin
   }
   *max_token = wait->max_token();
   co_return wait->admission();
+}
+
+io::Awaitable<bool> Session::VerifyToken(RequestPlan& plan) {
+  const RouteRuntime& route = *plan.route;
+  const std::string lock = route.config->verify.LockFor(plan.key);
+  Verification verification = co_await VerifyRaise(*route.verifier, lock, plan.token);
+  ApplyVerification(plan, verification, route.verifier->name(), lock);
+  co_return verification.verdict == Verdict::kVerified;
 }
 
 io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser& parser, const RequestPlan& plan,

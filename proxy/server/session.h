@@ -68,6 +68,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // that gives up after deadline.
   io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
                                         std::chrono::milliseconds deadline);
+  // Asks the route's lock service whether plan.token is its lock holder's (a raise on a
+  // verified route). Not confirmed: plan becomes a reject (or an observed forward).
+  io::Awaitable<bool> VerifyToken(RequestPlan& plan);
   // Reads the body of an admitted-to-be request: all of it when it fits `keep`. Returns a problem
   // (400, 408, 413) or nullopt; *gone when the client went away (nothing to answer).
   io::Awaitable<std::optional<Problem>> ReadBody(RequestBody& body, size_t keep, bool* gone);

@@ -184,6 +184,18 @@ TEST_F(FenceTest, AdmitWithoutWaitingDecidesWhatNeedsNoWaitAndChangesNothingElse
   EXPECT_EQ(fence_->AdmitWithoutWaiting(7).admission, Admission::kFailed);
 }
 
+// A verified route asks its lock service exactly for these tokens (lock_services.h).
+TEST_F(FenceTest, IsRaiseOnlyAboveTheMaxAndAnyPendingRaise) {
+  EXPECT_FALSE(fence_->IsRaise(5)) << "the max itself";
+  EXPECT_FALSE(fence_->IsRaise(4)) << "stale";
+  EXPECT_TRUE(fence_->IsRaise(6));
+  EXPECT_TRUE(Is(Admission::kWaiting, 8, fence_->Admit(8, w1_)));
+  EXPECT_FALSE(fence_->IsRaise(8)) << "joining the pending raise is not a new one";
+  EXPECT_FALSE(fence_->IsRaise(7)) << "below the pending raise";
+  EXPECT_TRUE(fence_->IsRaise(9));
+  EXPECT_EQ(fence_->Snapshot().pending, 8u) << "asking changes nothing";
+}
+
 TEST_F(FenceTest, CheckRefusesWhatAdmitWouldRefuseAndHoldsNothing) {
   EXPECT_TRUE(Is(Admission::kAdmitted, 5, fence_->Check(5)));
   EXPECT_TRUE(Is(Admission::kAdmitted, 5, fence_->Check(9)));  // would raise

@@ -31,6 +31,9 @@ TEST(OutcomeTest, EachOutcomeHasItsContractLabel) {
       {Outcome::kObservedJump, "observed_jump"},
       {Outcome::kRejectedKey, "rejected_key"},
       {Outcome::kRejectedKeyLimit, "rejected_key_limit"},
+      {Outcome::kRejectedUnverified, "rejected_unverified"},
+      {Outcome::kObservedUnverified, "observed_unverified"},
+      {Outcome::kLockServiceUnavailable, "lock_service_unavailable"},
   };
   EXPECT_EQ(std::size(expected), static_cast<size_t>(Outcome::kCount)) << "a new outcome needs a row here";
   for (const auto& [outcome, label] : expected) EXPECT_EQ(OutcomeName(outcome), label);

@@ -61,6 +61,8 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kUpstreamUnavailable, {"upstream-unavailable", 502}},
       {ProblemType::kStateUnavailable, {"state-unavailable", 503}},
       {ProblemType::kFenceKeyLimit, {"fence-key-limit", 503}},
+      {ProblemType::kTokenNotVerified, {"token-not-verified", 409}},
+      {ProblemType::kLockServiceUnavailable, {"lock-service-unavailable", 503}},
       {ProblemType::kUpstreamTimeout, {"upstream-timeout", 504}},
   };
   for (const auto& [type, want] : expected) {
@@ -170,6 +172,18 @@ TEST(MakeProblemResponseTest, MaxHeaderOnlyOnConflict) {
   Problem no_max = StaleProblem();
   no_max.max_token.reset();
   EXPECT_TRUE(Values(MakeProblemResponse(no_max, 11, true).base(), "X-Fencing-Token-Max").empty());
+}
+
+TEST(MakeProblemResponseTest, RetryAfterOnlyWhenTheProblemSaysSo) {
+  Problem p = MakeProblem(ProblemType::kLockServiceUnavailable, "etcd is down");
+  p.lock_service = "main-etcd";
+  EXPECT_TRUE(Values(MakeProblemResponse(p, 11, true).base(), "Retry-After").empty());
+  p.retry_after = 1;
+  auto res = MakeProblemResponse(p, 11, true);
+  EXPECT_EQ(Values(res.base(), "Retry-After"), std::vector<std::string>{"1"});
+  json::object o = json::parse(res.body()).as_object();
+  EXPECT_EQ(o.at("lock_service").as_string(), "main-etcd");
+  EXPECT_FALSE(json::parse(ProblemJson(StaleProblem())).as_object().contains("lock_service"));
 }
 
 TEST(MakeProblemResponseTest, ConnectionCloseWhenNotKeepingAlive) {

@@ -805,6 +805,61 @@ INSTANTIATE_TEST_SUITE_P(
         AdmissionCase{"observe, jump too far", "/notes/1", Admission::kTooFar, Action::kForward,
                       Outcome::kObservedJump, 0, false}));
 
+// ---------------------------------------------------------------- ApplyVerification
+
+TEST(ApplyVerificationTest, TurnsTheLockServicesVerdictIntoAGoAheadOrAProblem) {
+  Env& env = EnvFor(Variant::kPass);
+  ASSERT_TRUE(env.ok());
+  auto plan_for = [&](const char* target) {
+    RequestPlan plan = PlanRequest(Head("PUT", target, Token("5")), env.runtime());
+    EXPECT_EQ(plan.action, Action::kFence);
+    return plan;
+  };
+  Verification verified{Verdict::kVerified, 0, "/locks/a/1", ""};
+  Verification not_holder{Verdict::kNotHolder, 4, "/locks/a/1", ""};
+  Verification free{Verdict::kNoHolder, 0, "", ""};
+  Verification down{Verdict::kUnavailable, 0, "", "connection refused"};
+
+  RequestPlan plan = plan_for("/orders/1");
+  ApplyVerification(plan, verified, "main-etcd", "/locks/a");
+  EXPECT_EQ(plan.action, Action::kFence) << "verified: the raise goes on to the fence";
+
+  for (const Verification* v : {&not_holder, &free}) {
+    plan = plan_for("/orders/1");
+    ApplyVerification(plan, *v, "main-etcd", "/locks/a");
+    EXPECT_EQ(plan.action, Action::kReject);
+    EXPECT_EQ(OutcomeName(plan.outcome), "rejected_unverified");
+    EXPECT_EQ(static_cast<int>(plan.problem.status), 409);
+    EXPECT_EQ(plan.problem.type, "token-not-verified");
+    EXPECT_FALSE(plan.close) << "the request was well formed";
+    auto response = MakeProblemResponse(plan.problem, 11, true);
+    EXPECT_EQ(response.count("X-Fencing-Token-Max"), 0u) << "not stale: no max to report";
+    EXPECT_EQ(response.count(http::field::retry_after), 0u);
+    json::object o = json::parse(response.body()).as_object();
+    EXPECT_EQ(o.at("lock_service").as_string(), "main-etcd");
+    EXPECT_EQ(o.at("token").to_number<uint64_t>(), 5u);
+    EXPECT_EQ(plan.problem.detail.find('4'), std::string::npos) << "the holder's number is not told: " << plan.problem.detail;
+  }
+
+  plan = plan_for("/orders/1");
+  ApplyVerification(plan, down, "main-etcd", "/locks/a");
+  EXPECT_EQ(plan.action, Action::kReject);
+  EXPECT_EQ(OutcomeName(plan.outcome), "lock_service_unavailable");
+  EXPECT_EQ(static_cast<int>(plan.problem.status), 503);
+  EXPECT_EQ(plan.problem.type, "lock-service-unavailable");
+  EXPECT_NE(plan.problem.detail.find("connection refused"), std::string::npos);
+  EXPECT_EQ(MakeProblemResponse(plan.problem, 11, true)[http::field::retry_after], "1");
+
+  // Observe mode forwards what enforce would refuse; the session then skips the fence, so the
+  // max does not move.
+  for (const Verification* v : {&not_holder, &free, &down}) {
+    plan = plan_for("/notes/1");
+    ApplyVerification(plan, *v, "main-etcd", "/locks/a");
+    EXPECT_EQ(plan.action, Action::kForward);
+    EXPECT_EQ(OutcomeName(plan.outcome), "observed_unverified");
+  }
+}
+
 // The plan and a real fence together, as the session runs them.
 TEST(RequestPlanWithFenceTest, StaleEqualAndFailedAgainstTheOrdersFence) {
   Env env(Variant::kPass);
