@@ -213,6 +213,18 @@ class VerifiedRaisesTests:
         self.assertIn("last_error", mine[0])
         return mine[0]
 
+    def hold_when_back(self, name, timeout=20):
+        """hold(name), retried while the restarted service refuses the test's own client (a
+        gRPC connection to the killed server backs off before it dials again)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.hold(name)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     @staticmethod
     def _reap(proc):
         if proc.poll() is None:
@@ -395,7 +407,7 @@ class VerifiedRaisesTests:
         self.assertTrue(last_error.strip())
 
         self.server().restart()
-        fresh = self.hold("objects/after-restart")
+        fresh = self.hold_when_back("objects/after-restart")
         deadline = time.monotonic() + 20
         while True:  # the proxy's client reconnects in its own time; each try is one raise
             response = self.put("/objects/after-restart/doc", fresh.token, "after restart")
