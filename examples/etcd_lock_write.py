@@ -4,6 +4,10 @@
     python3 examples/etcd_lock_write.py --endpoint 127.0.0.1:2379 --lock orders-lock \\
         http://127.0.0.1:8080/orders/42 --data '{"status": "paid"}'
 
+    # a route with `verify:` (the proxy asks etcd who holds the lock): send the create revision
+    python3 examples/etcd_lock_write.py --token create-revision --lock /locks/orders \\
+        http://127.0.0.1:8080/orders/42 --data '{"status": "paid"}'
+
 Client library: python3-etcd3 (Debian package; `pip install etcd3` elsewhere), the common Python
 client for the etcd v3 API. Its own `client.lock()` recipe is NOT used here, for three reasons:
   - it does not tell you a fencing token (the revision it got the lock at is thrown away);
@@ -25,6 +29,14 @@ in the queue gets an ETCD_LOCK_REV above the create revisions of keys queued beh
 client that sent its create revision after an etcdctl holder would be refused with 409. The
 "revision when acquired" is above the deletion of the previous holder's key, whatever that holder
 sent, so it is safe to mix with anything. (tests/integration/test_etcd.py shows both.)
+
+A verified route (`verify: {service: ..., lock: ...}` in the proxy's route file) is the exception:
+there the proxy raises a fence only to the number etcd itself reports for the lock's holder, the
+create revision of the oldest key under NAME/, so on such a route every client must send its key's
+create revision (`--token create-revision`, EtcdLock.create_revision). The revision at which the
+lock was acquired is refused there with 409 token-not-verified whenever the client waited in the
+queue (it is then above its key's create revision). Create revisions are safe on a verified route
+because it only ever accepts the holder's own: no client can send a number from another scheme.
 
 If this process stalls longer than the TTL (GC pause, VM freeze, SIGSTOP), the lease expires, the
 next client gets the lock with a higher token, and fencing-proxy answers this process's late write
@@ -62,7 +74,7 @@ class EtcdLock:
         self.ttl = int(ttl)
         self.lease = self.key = None
         self.token = None            # the fencing token: revision at which the lock was acquired
-        self.create_revision = None  # this key's create revision (the queue position)
+        self.create_revision = None  # this key's create revision: the token of a verified route
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._keeper = None
@@ -160,13 +172,22 @@ def main():
     parser.add_argument("--timeout", type=float, default=30, help="seconds to wait for the lock")
     parser.add_argument("--data", default="", help="request body")
     parser.add_argument("--method", default="PUT")
+    parser.add_argument("--token", choices=("acquired", "create-revision"), default="acquired",
+                        help="the number to send: the revision at which the lock was acquired "
+                             "(default, as etcdctl's ETCD_LOCK_REV), or the lock key's create "
+                             "revision, which a route with verify: requires")
     args = parser.parse_args()
 
     host, _, port = args.endpoint.rpartition(":")
     client = etcd3.client(host=host, port=int(port))
     try:
-        with EtcdLock(client, args.lock, ttl=args.ttl) as token:
+        lock = EtcdLock(client, args.lock, ttl=args.ttl)
+        lock.acquire(timeout=args.timeout)
+        try:
+            token = lock.create_revision if args.token == "create-revision" else lock.token
             status, body = fenced_write(args.url, token, args.data.encode(), args.method)
+        finally:
+            lock.release()
     finally:
         client.close()
     print("token %d -> %d %s" % (token, status, body.strip()))

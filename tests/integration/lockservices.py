@@ -160,16 +160,28 @@ class EtcdServer:
         self.workdir = tempfile.mkdtemp(prefix="fp-etcd-")
         self.client_port, self.peer_port = _free_port(), _free_port()
         self.endpoint = "127.0.0.1:%d" % self.client_port
-        client_url = "http://" + self.endpoint
+        self.url = "http://" + self.endpoint
+        client_url = self.url
         peer_url = "http://127.0.0.1:%d" % self.peer_port
         self.log_path = os.path.join(self.workdir, "etcd.log")
-        self._log = open(self.log_path, "wb")
+        self._log = None
+        self._client_url, self._peer_url = client_url, peer_url
         self.started = time.monotonic()
+        self._launch()
+        self.startup_seconds = time.monotonic() - self.started
+
+    def _launch(self):
+        """Starts etcd on this server's ports and data directory and waits until it is healthy.
+        The data directory may hold an earlier run's data (restart): etcd then ignores the
+        --initial-cluster flags and carries on from it."""
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [ETCD, "--name", "fp-test", "--data-dir", os.path.join(self.workdir, "data"),
-             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", "fp-test=" + peer_url, "--initial-cluster-state", "new",
+             "--listen-client-urls", self._client_url,
+             "--advertise-client-urls", self._client_url,
+             "--listen-peer-urls", self._peer_url,
+             "--initial-advertise-peer-urls", self._peer_url,
+             "--initial-cluster", "fp-test=" + self._peer_url, "--initial-cluster-state", "new",
              "--heartbeat-interval", "50", "--election-timeout", "500",
              "--logger", "zap", "--log-outputs", "stderr"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
@@ -183,7 +195,25 @@ class EtcdServer:
         except Exception:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - self.started
+
+    def kill(self):
+        """SIGKILL: the server is gone at once (clients see refused connections); its data
+        directory stays, for restart()."""
+        _stop_process(self.proc, signal.SIGKILL)
+        self._log.close()
+
+    def restart(self):
+        """Starts the server again on the same port and data directory (after kill())."""
+        if self.proc.poll() is None:
+            raise LockServiceError("etcd is still running")
+        self._launch()
+
+    def pause(self):
+        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def _healthy(self):
         if self.proc.poll() is not None:
@@ -286,8 +316,15 @@ class ZooKeeperServer:
                 "forceSync=no",  # test data only: no fsync per transaction
                 ""]))
         self.log_path = os.path.join(self.workdir, "zookeeper.log")
-        self._log = open(self.log_path, "wb")
+        self._log = None
         self.started = time.monotonic()
+        self._launch()
+        self.startup_seconds = time.monotonic() - self.started
+
+    def _launch(self):
+        """Starts the JVM on this server's port and data directory (an earlier run's data is
+        kept: sessions and znodes survive a restart) and waits for `ruok`."""
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [JAVA, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-XX:ActiveProcessorCount=2", "-Djava.net.preferIPv4Stack=true",
@@ -306,7 +343,24 @@ class ZooKeeperServer:
         except Exception:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - self.started
+
+    def kill(self):
+        """SIGKILL: the server is gone at once; its data directory stays, for restart()."""
+        _stop_process(self.proc, signal.SIGKILL)
+        self._log.close()
+
+    def restart(self):
+        """Starts the server again on the same port and data directory (after kill())."""
+        if self.proc.poll() is None:
+            raise LockServiceError("ZooKeeper is still running")
+        self._launch()
+
+    def pause(self):
+        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def four_letter(self, word):
         try:
@@ -382,6 +436,11 @@ class Holder:
     thread, keep-alives included, as in a long GC pause or a VM freeze); resume() continues it.
     The child never checks whether it still holds the lock before writing, as a paused process
     cannot: it woke up and carries on.
+
+    token is the number the holder writes with: etcd, the revision at which it got the lock
+    (EtcdLock.token); ZooKeeper, its znode's czxid. create_revision (etcd only; None for
+    ZooKeeper) is its lock key's create revision, the number a verified route checks; write()
+    sends another number when given one.
     """
 
     def __init__(self, kind, server_address, lock_name, proxy_port, ttl):
@@ -394,6 +453,8 @@ class Holder:
         try:
             hello = self._read(30.0)
             self.token = int(hello["token"])
+            created = hello.get("create_revision")
+            self.create_revision = None if created is None else int(created)
         except Exception:
             self.stop()
             raise
@@ -426,9 +487,12 @@ class Holder:
         self.proc.stdin.flush()
         return self._read(timeout)
 
-    def write(self, path, body):
-        """PUT path with the holder's token -> (status, response body text)."""
-        answer = self._command({"op": "write", "path": path, "body": body})
+    def write(self, path, body, token=None):
+        """PUT path with the holder's token (or token, when given) -> (status, body text)."""
+        command = {"op": "write", "path": path, "body": body}
+        if token is not None:
+            command["token"] = int(token)
+        answer = self._command(command)
         return answer["status"], answer["body"]
 
     def holds(self):
@@ -440,6 +504,10 @@ class Holder:
 
     def resume(self):
         os.kill(self.proc.pid, signal.SIGCONT)
+
+    def kill9(self):
+        """SIGKILL: the holder dies without releasing; its lease or session runs out by itself."""
+        _stop_process(self.proc, signal.SIGKILL)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -473,6 +541,7 @@ def _holder_main(kind, server_address, lock_name, proxy_port, ttl):
         lock = EtcdLock(client, lock_name, ttl=int(ttl))
         lock.acquire(timeout=20)
         token = lock.token
+        create_revision = lock.create_revision
         holds = lock.is_held
     else:
         from kazoo.client import KazooClient
@@ -484,6 +553,7 @@ def _holder_main(kind, server_address, lock_name, proxy_port, ttl):
             say({"error": "lock not acquired within 20s"})
             return 1
         token = fencing_token(zk, lock)
+        create_revision = None
         node = lock.path + "/" + lock.node
 
         def holds():
@@ -491,14 +561,14 @@ def _holder_main(kind, server_address, lock_name, proxy_port, ttl):
                 return zk.exists(node) is not None
             except Exception:
                 return False
-    say({"token": token})
+    say({"token": token, "create_revision": create_revision})
     for line in sys.stdin:
         command = json.loads(line)
         if command["op"] == "write":
             conn = http.client.HTTPConnection("127.0.0.1", int(proxy_port), timeout=10)
             try:
                 conn.request("PUT", command["path"], body=command["body"].encode(),
-                             headers={"X-Fencing-Token": str(token)})
+                             headers={"X-Fencing-Token": str(command.get("token", token))})
                 resp = conn.getresponse()
                 say({"status": resp.status, "body": resp.read().decode(errors="replace")})
             finally:
