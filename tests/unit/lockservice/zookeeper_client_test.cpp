@@ -420,7 +420,11 @@ TEST_F(ZooKeeperClientTest, StopCompletesPendingCalls) {
     server_->Pause();
     Asked asked = Ask(service, lock_);
     std::this_thread::sleep_for(100ms);
+    const auto stop_start = Clock::now();
     service.Stop();
+    std::cout << "  Stop with the server paused took "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stop_start).count()
+              << " ms\n";
     ASSERT_EQ(asked.answer.wait_for(0s), std::future_status::ready);  // done ran inside Stop
     HolderAnswer a = asked.answer.get();
     EXPECT_EQ(a.status, Status::kUnavailable);
@@ -432,7 +436,11 @@ TEST_F(ZooKeeperClientTest, StopCompletesPendingCalls) {
     // A call waiting for a connection that never comes (nothing listens on the port).
     ZooKeeperLockService service("zk", Config("127.0.0.1:" + std::to_string(FreePort()), 20000ms));
     Asked asked = Ask(service, lock_);
+    const auto stop_start = Clock::now();
     service.Stop();
+    std::cout << "  Stop while not connected took "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stop_start).count()
+              << " ms\n";
     ASSERT_EQ(asked.answer.wait_for(0s), std::future_status::ready);
     EXPECT_EQ(asked.answer.get().status, Status::kUnavailable);
     EXPECT_EQ(asked.calls->load(), 1);
