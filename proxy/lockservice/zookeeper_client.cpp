@@ -44,6 +44,23 @@ std::optional<std::string> LowestSequentialChild(const std::vector<std::string>&
   return *best;
 }
 
+bool IsZnodePath(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  if (path == "/") return true;
+  if (path.back() == '/') return false;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = std::min(path.find('/', start), path.size());
+    std::string_view part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    for (char c : part) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -158,6 +175,14 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       return;
     }
     call->id = next_id_++;
+    if (!IsZnodePath(call->lock)) {
+      // A route's lock that names no znode: a configuration mistake, answered by the timer
+      // (never inside FindHolder) and never sent.
+      deferred_.push_back(Ready{std::move(call->done),
+                                Unavailable("not a ZooKeeper path: \"" + call->lock + "\"")});
+      cv_.notify_one();
+      return;
+    }
     // Every call has the same timeout, so a new one never ends before those already pending:
     // the timer needs waking only when it has nothing to wait for.
     bool wake = pending_.empty();

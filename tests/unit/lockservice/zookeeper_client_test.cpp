@@ -337,6 +337,33 @@ TEST(ZooKeeperHolderRule, LowestSuffixNotLowestName) {
   EXPECT_EQ(LowestSequentialChild({}), std::nullopt);
 }
 
+TEST(ZooKeeperHolderRule, ZnodePaths) {
+  EXPECT_TRUE(IsZnodePath("/"));
+  EXPECT_TRUE(IsZnodePath("/locks/objects/k-1.a_b~"));
+  EXPECT_FALSE(IsZnodePath(""));
+  EXPECT_FALSE(IsZnodePath("locks/x"));
+  EXPECT_FALSE(IsZnodePath("/locks/"));
+  EXPECT_FALSE(IsZnodePath("/locks//x"));
+  EXPECT_FALSE(IsZnodePath("/locks/./x"));
+  EXPECT_FALSE(IsZnodePath("/locks/.."));
+  EXPECT_FALSE(IsZnodePath(std::string("/locks/a\0b", 10)));
+}
+
+TEST(ZooKeeperHolderRule, ABadLockPathIsUnavailableAndAnsweredOnTheClientsThread) {
+  // No server needed: the path is refused before anything is sent.
+  ZooKeeperLockService service("zk", Config("127.0.0.1:" + std::to_string(FreePort())));
+  auto promise = std::make_shared<std::promise<std::pair<HolderAnswer, std::thread::id>>>();
+  auto answer = promise->get_future();
+  service.FindHolder("locks/no-leading-slash", [promise](HolderAnswer a) {
+    promise->set_value({std::move(a), std::this_thread::get_id()});
+  });
+  ASSERT_EQ(answer.wait_for(5s), std::future_status::ready);
+  auto [a, thread] = answer.get();
+  EXPECT_EQ(a.status, Status::kUnavailable);
+  EXPECT_NE(a.error.find("not a ZooKeeper path"), std::string::npos) << a.error;
+  EXPECT_NE(thread, std::this_thread::get_id());
+}
+
 // ------------------------------------------------------------------ against ZooKeeper
 
 TEST_F(ZooKeeperClientTest, MissingLockIsFree) {
