@@ -462,11 +462,12 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       if (state == ZOO_CONNECTED_STATE) {
         if (!connected_) {
           connected_ = true;
+          // Not zoo_get_current_server: it formats into one static buffer of the library,
+          // which its I/O thread rewrites meanwhile (ThreadSanitizer saw the race).
           const clientid_t* id = zoo_client_id(zh);
-          LogInfo("connected to ZooKeeper",
-                  {{"service", name_}, {"hosts", config_.hosts},
-                   {"server", zoo_get_current_server(zh) ? zoo_get_current_server(zh) : ""},
-                   {"session", id ? id->client_id : 0}});
+          LogInfo("connected to ZooKeeper", {{"service", name_},
+                                             {"hosts", config_.hosts},
+                                             {"session", id ? id->client_id : 0}});
         }
         ready = StartParkedLocked();
       } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
