@@ -22,6 +22,7 @@ RUN apt-get update \
       build-essential cmake git ca-certificates pkg-config \
       libboost1.81-dev libboost-json1.81-dev \
       libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev \
+      libzookeeper-mt-dev \
       googletest libgtest-dev \
       python3 curl \
  && rm -rf /var/lib/apt/lists/*
@@ -51,6 +52,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 #   libprometheus-cpp-core.so.1.0  libprometheus-cpp-core1.0
 #   libyaml-cpp.so.0.7             libyaml-cpp0.7
 #   libtcmalloc_minimal.so.4       libtcmalloc-minimal4
+#   libzookeeper_mt.so.2           libzookeeper-mt2 (verified raises on ZooKeeper)
 # /var/lib/fencing-proxy is where the state file lives (a volume in production); it belongs to
 # the runtime user so a fresh volume mounted there is writable. /etc/fencing-proxy holds the
 # route file (a ConfigMap directory in Kubernetes); the image ships none on purpose: a proxy
@@ -58,6 +60,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libboost-json1.81.0 libprometheus-cpp-core1.0 libyaml-cpp0.7 libtcmalloc-minimal4 \
+      libzookeeper-mt2 \
  && rm -rf /var/lib/apt/lists/* \
  && install -d -o 65532 -g 65532 -m 0750 /var/lib/fencing-proxy \
  && install -d -m 0755 /etc/fencing-proxy

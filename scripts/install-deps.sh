@@ -8,6 +8,7 @@ packages=(
   build-essential cmake git ca-certificates pkg-config
   libboost1.81-dev libboost-json1.81-dev
   libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev
+  libzookeeper-mt-dev
   googletest libgtest-dev
   python3 curl
 )
