@@ -8,6 +8,7 @@
 #include "common/version.h"
 #include "config/config.h"
 #include "fence/fence_registry.h"
+#include "lockservice/lock_services.h"
 #include "reload/config_reloader.h"
 #include "server/proxy_server.h"
 #include "state/state_store.h"
@@ -107,7 +108,17 @@ int RunProxy(const std::string& config_path) {
       });
   registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *writer, metrics);
   registry->StartSweeper(kFenceSweepInterval);
-  auto server = std::make_unique<ProxyServer>(config, *registry, metrics);
+  // The lock services the routes verify raises with (restart-only: a reload keeps these). Their
+  // clients connect in the background: a lock service that is down at start only makes raises
+  // on its routes answer 503 until it is back.
+  auto lock_services = std::make_unique<LockServiceSet>(
+      config->lock_services, MakeLockService,
+      [&metrics](std::string_view service) -> const LockServiceObserver* { return &metrics.ForLockService(service); });
+  if (!lock_services->error().empty()) {
+    LogError("cannot start; exiting", {{"error", lock_services->error()}});
+    return kExitFailure;
+  }
+  auto server = std::make_unique<ProxyServer>(config, *registry, metrics, *lock_services);
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
     return kExitFailure;
@@ -117,8 +128,11 @@ int RunProxy(const std::string& config_path) {
   // resident for good (an idle sidecar's memory limit counts RSS). Only then: without keys there
   // is nothing to give back.
   if (replayed_keys) ReleaseFreeMemory();
-  auto admin = std::make_unique<AdminServer>(config->admin_listen, metrics, *registry,
-                                             [&] { return !server->draining() && registry->healthy(); });
+  // /readyz ignores the lock services: equal tokens are served without them, so an outage must
+  // not take the pod out of its Service.
+  auto admin = std::make_unique<AdminServer>(
+      config->admin_listen, metrics, *registry, [&] { return !server->draining() && registry->healthy(); },
+      lock_services.get());
   if (Status s = admin->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
     server->Stop();
@@ -152,6 +166,7 @@ int RunProxy(const std::string& config_path) {
     LogWarn("shutdown timeout reached with connections still open", {{"connections", server->connections()}});
   }
   server->Stop();
+  lock_services->Stop();  // a verification still under way ends as unavailable, on a stopped worker
   admin->Stop();
   registry->StopSweeper();  // it submits forget records: not to a writer that is gone
   writer.reset();  // completes the raises already submitted; no I/O thread runs to submit more

@@ -75,8 +75,14 @@ LockServiceSet::LockServiceSet(const std::vector<LockServiceConfig>& services, c
                                const ObserverFor& observer) {
   entries_.reserve(services.size());
   for (const LockServiceConfig& service : services) {
+    std::string why;
+    std::unique_ptr<LockService> client = make(service, &why);
+    if (!client) {
+      if (error_.empty()) error_ = "lock service '" + service.name + "' cannot start: " + why;
+      continue;
+    }
     entries_.push_back(
-        std::make_unique<LockServiceEntry>(service, make(service), observer ? observer(service.name) : nullptr));
+        std::make_unique<LockServiceEntry>(service, std::move(client), observer ? observer(service.name) : nullptr));
   }
 }
 

@@ -78,11 +78,14 @@ class LockServiceEntry {
 
 class LockServiceSet {
  public:
-  using Factory = std::function<std::unique_ptr<LockService>(const LockServiceConfig&)>;
+  // Null with *error set when a client cannot start (an unreadable password_file or CA file).
+  using Factory = std::function<std::unique_ptr<LockService>(const LockServiceConfig&, std::string* error)>;
   using ObserverFor = std::function<const LockServiceObserver*(std::string_view service)>;
 
   LockServiceSet() = default;  // none
+  // Every client is made; if one cannot start, error() says which and why (start-up fails).
   LockServiceSet(const std::vector<LockServiceConfig>& services, const Factory& make, const ObserverFor& observer);
+  const std::string& error() const { return error_; }
   ~LockServiceSet();
   LockServiceSet(const LockServiceSet&) = delete;
   LockServiceSet& operator=(const LockServiceSet&) = delete;
@@ -94,9 +97,10 @@ class LockServiceSet {
 
  private:
   std::vector<std::unique_ptr<LockServiceEntry>> entries_;
+  std::string error_;
 };
 
 // The clients of this build: etcd (JSON gateway) and ZooKeeper (the C client).
-std::unique_ptr<LockService> MakeLockService(const LockServiceConfig& config);
+std::unique_ptr<LockService> MakeLockService(const LockServiceConfig& config, std::string* error);
 
 }  // namespace fencing

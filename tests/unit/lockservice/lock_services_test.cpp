@@ -47,9 +47,10 @@ TEST(LockServiceSetTest, RecordsVerdictsAndTheLastErrorPerService) {
   int stops = 0;
   CountingObserver etcd_observer;
   LockServiceSet set(
-      configs, [&](const LockServiceConfig&) { return std::make_unique<SilentService>(&stops); },
+      configs, [&](const LockServiceConfig&, std::string*) { return std::make_unique<SilentService>(&stops); },
       [&](std::string_view name) -> const LockServiceObserver* { return name == "main-etcd" ? &etcd_observer : nullptr; });
 
+  EXPECT_TRUE(set.error().empty());
   ASSERT_NE(set.Find("main-etcd"), nullptr);
   ASSERT_NE(set.Find("main-zk"), nullptr);
   EXPECT_EQ(set.Find("main"), nullptr);
@@ -76,6 +77,23 @@ TEST(LockServiceSetTest, RecordsVerdictsAndTheLastErrorPerService) {
 
   set.Stop();
   EXPECT_EQ(stops, 2) << "Stop ends every client";
+}
+
+TEST(LockServiceSetTest, AClientThatCannotStartIsAnErrorNamingIt) {
+  std::vector<LockServiceConfig> configs(1);
+  configs[0].name = "secure-etcd";
+  LockServiceSet set(
+      configs,
+      [](const LockServiceConfig&, std::string* error) -> std::unique_ptr<LockService> {
+        *error = "cannot read password_file /run/secrets/etcd: No such file or directory";
+        return nullptr;
+      },
+      nullptr);
+  EXPECT_EQ(set.error(),
+            "lock service 'secure-etcd' cannot start: cannot read password_file /run/secrets/etcd: No such file or "
+            "directory");
+  EXPECT_EQ(set.Find("secure-etcd"), nullptr);
+  EXPECT_TRUE(set.Statuses().empty());
 }
 
 }  // namespace
