@@ -355,8 +355,9 @@ std::string CheckLockTemplate(std::string_view text) {
     if (text[i] != '{') continue;
     if (text.substr(i, kPlaceholder.size()) != kPlaceholder) {
       const size_t close = text.find('}', i);
-      const std::string_view got = text.substr(i, close == std::string_view::npos ? 1 : close - i + 1);
-      return "unknown placeholder '" + std::string(got) + "'; the one placeholder is {key}, the fence key";
+      if (close == std::string_view::npos) return "has a '{' without '}'; the one placeholder is {key}";
+      return "unknown placeholder '" + std::string(text.substr(i, close - i + 1)) +
+             "'; the one placeholder is {key}, the fence key";
     }
     i += kPlaceholder.size() - 1;
   }
