@@ -832,6 +832,8 @@ class Loader {
   void CheckVerifyKey(const std::string& where) {
     const RouteConfig& route = route_.route;
     if (!route.verify.enabled() || !route_.verify_lock_at) return;
+    // A fence_key in error is reported already; whether it meant a key is not known.
+    if (route_.fence_key_written && !route.fence_key.keyed()) return;
     const bool has_key = route.verify.lock.find("{key}") != std::string::npos;
     if (has_key && !route.fence_key.keyed()) {
       Error(*route_.verify_lock_at,

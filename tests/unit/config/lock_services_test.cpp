@@ -361,6 +361,20 @@ TEST(LockServicesTest, ABrokenServiceIsReportedOnce) {
   EXPECT_NE(r.errors[0].message.find("must list at least one endpoint"), std::string::npos);
 }
 
+// A fence_key in error leaves open whether the route is keyed: its verify's {key} is not
+// blamed for it.
+TEST(LockServicesTest, ABrokenFenceKeyIsReportedOnce) {
+  for (const std::string& lock : {std::string("/l/{key}"), std::string("/l/all")}) {
+    SCOPED_TRACE(lock);
+    const std::string text = kHead + kServices + "routes:\n  - name: r\n    prefix: /r\n    fence_key: {path_segment: 0}\n"
+                             "    verify: {service: e1, lock: \"" + lock + "\"}\n";
+    const ConfigResult r = ParseConfig(text, "f.yaml");
+    ASSERT_EQ(r.errors.size(), 1u) << DumpErrors(r);
+    EXPECT_EQ(r.errors[0].line, 9);
+    EXPECT_NE(r.errors[0].message.find("fence_key.path_segment: must be from 1"), std::string::npos);
+  }
+}
+
 // Every problem of a service is reported in one round, in file order.
 TEST(LockServicesTest, CollectsEveryError) {
   const std::string text = Etcd("      username: u\n      timeout: 0s\n      tls: {cert_file: /c}\n");
