@@ -50,6 +50,7 @@ struct VerifySpec {
   bool enabled() const { return !service.empty(); }
   // The lock of one request: lock with every "{key}" replaced by key.
   std::string LockFor(std::string_view key) const;
+  bool operator==(const VerifySpec&) const = default;
 };
 
 struct RouteConfig {
@@ -83,6 +84,7 @@ struct TlsSettings {
   std::string cert_file;  // client certificate (mutual TLS); with key_file
   std::string key_file;
   std::string server_name;  // SNI and the name checked in the server's certificate; empty: the endpoint's host
+  bool operator==(const TlsSettings&) const = default;
 };
 
 struct EtcdClientConfig {
@@ -93,12 +95,14 @@ struct EtcdClientConfig {
   std::string password_file;                // the user's password, one line (a Kubernetes Secret)
   bool tls = false;                         // set by any https endpoint or a tls: block
   TlsSettings tls_settings;
+  bool operator==(const EtcdClientConfig&) const = default;
 };
 
 struct ZooKeeperClientConfig {
   std::string hosts;  // the C client's connect string: "h1:2181,h2:2181[/chroot]"
   std::chrono::milliseconds timeout{1000};            // per verification
   std::chrono::milliseconds session_timeout{10000};  // asked of the server at connect
+  bool operator==(const ZooKeeperClientConfig&) const = default;
 };
 
 struct LockServiceConfig {
@@ -110,6 +114,7 @@ struct LockServiceConfig {
   std::chrono::milliseconds timeout() const {
     return kind == Kind::kEtcd ? etcd.timeout : zookeeper.timeout;
   }
+  bool operator==(const LockServiceConfig&) const = default;
 };
 
 struct Timeouts {

@@ -52,6 +52,15 @@ struct ConfigKey {
 // section in the order "known keys" messages list them.
 std::span<const ConfigKey> ConfigKeys();
 
+// The keys of a mapping inside a key's value that is not a section of the table (a route's
+// fence_key and verify, a lock service and its etcd, tls and zookeeper blocks): the loader's
+// known-key lists, read by the docs test too.
+struct NestedConfigKeys {
+  std::string_view path;  // as messages name it, NAME for a name the file chooses: "lock_services.NAME.etcd"
+  std::span<const std::string_view> names;
+};
+std::span<const NestedConfigKeys> NestedKeys();
+
 // "" for the top level, else "timeouts", "limits", "routes".
 std::string_view SectionName(KeySection section);
 

@@ -29,6 +29,15 @@ using namespace config_internal;
 
 constexpr size_t kMaxFileBytes = 16 * 1024 * 1024;  // a route file is kilobytes; stop on mistakes
 
+// The keys of the mappings inside key values (NestedKeys()), in the order messages list them.
+constexpr std::string_view kFenceKeyKeys[] = {"path_segment", "header"};
+constexpr std::string_view kVerifyKeys[] = {"service", "lock"};
+constexpr std::string_view kLockServiceKinds[] = {"etcd", "zookeeper"};
+// "password" is known so that it gets its own message: the route file carries no secret.
+constexpr std::string_view kEtcdKeys[] = {"endpoints", "timeout", "username", "password_file", "tls", "password"};
+constexpr std::string_view kTlsKeys[] = {"ca_file", "cert_file", "key_file", "server_name"};
+constexpr std::string_view kZooKeeperKeys[] = {"hosts", "timeout", "session_timeout"};
+
 std::string Join(std::span<const std::string_view> words) {
   std::string out;
   for (std::string_view w : words) {
@@ -170,6 +179,15 @@ class Loader {
   // are errors and left out.
   std::vector<Entry> Entries(const YAML::Node& map, std::span<const std::string_view> known,
                              const std::string& where) {
+    return EntriesOf(map, &known, where);
+  }
+  // The keys of a mapping whose keys are names the file chooses (lock_services): duplicates are
+  // errors and left out.
+  std::vector<Entry> NamedEntries(const YAML::Node& map, const std::string& where) {
+    return EntriesOf(map, nullptr, where);
+  }
+  std::vector<Entry> EntriesOf(const YAML::Node& map, const std::span<const std::string_view>* known,
+                               const std::string& where) {
     std::vector<Entry> entries;
     std::map<std::string, int> first_line;
     for (auto it = map.begin(); it != map.end(); ++it) {
@@ -186,8 +204,8 @@ class Loader {
         continue;
       }
       first_line.emplace(key, key_at.line);
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        Error(key_at, Prefixed(where, UnknownKeyMessage(key, known, where)));
+      if (known && std::find(known->begin(), known->end(), key) == known->end()) {
+        Error(key_at, Prefixed(where, UnknownKeyMessage(key, *known, where)));
         continue;
       }
       entries.push_back(Entry{key, key_at, it->second});
@@ -202,15 +220,7 @@ class Loader {
   static std::string UnknownKeyMessage(const std::string& key, std::span<const std::string_view> known,
                                        const std::string& where) {
     std::string message = "unknown key '" + key + "'";
-    std::string_view best;
-    size_t best_distance = 3;
-    for (std::string_view candidate : known) {
-      const size_t d = EditDistance(key, candidate);
-      if (d < best_distance) {
-        best_distance = d;
-        best = candidate;
-      }
-    }
+    const std::string_view best = Nearest(key, known);
     if (!best.empty()) return message + "; did you mean '" + std::string(best) + "'?";
     if (key == "<<") return message + " (YAML merge keys are not supported)";
     // A nested key at the top level is usually an indentation slip.
@@ -222,6 +232,21 @@ class Loader {
       }
     }
     return message + " (known keys: " + Join(known) + ")";
+  }
+
+  // The candidate within edit distance 2 of word, the nearest first; "" if none.
+  template <typename Candidates>
+  static std::string_view Nearest(std::string_view word, const Candidates& candidates) {
+    std::string_view best;
+    size_t best_distance = 3;
+    for (std::string_view candidate : candidates) {
+      const size_t d = EditDistance(word, candidate);
+      if (d < best_distance) {
+        best_distance = d;
+        best = candidate;
+      }
+    }
+    return best;
   }
 
   // The value as a string, or an error when it is not a scalar.
@@ -341,6 +366,7 @@ class Loader {
     const Position root_at = At(root);
     Walk(root, KeySection::kTop, "", root_at);
     CheckKeyHeaders(*config);
+    CheckVerifyServices(*config);
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
                    top_.backend_at.value_or(root_at));
   }
@@ -452,6 +478,7 @@ class Loader {
       const Position route_at = At(item);
       Walk(item, KeySection::kRoute, where, route_at);
       CheckKeySettings(where);
+      CheckVerifyKey(where);
       RouteConfig& route = route_.route;
       // A route left without name or prefix is already an error (and makes the file invalid).
       if (!route_.have_fence) route.fence = route.name;
@@ -468,7 +495,8 @@ class Loader {
           continue;
         }
         route_keys_.push_back(RouteKeys{where, route.name, route.fence, route_at, route_.fence_key_at, route_.header_at,
-                                        route_.max_keys_at, route_.token_order_at, route_.forget_at});
+                                        route_.max_keys_at, route_.token_order_at, route_.forget_at, route_.verify_at,
+                                        route_.verify_service_at, route_.verify_lock_at});
         config_->routes.push_back(std::move(route));
       }
     }
@@ -485,7 +513,6 @@ class Loader {
       route_.ok = false;
       return;
     }
-    static constexpr std::string_view kFenceKeyKeys[] = {"path_segment", "header"};
     const size_t errors_before = errors_.size();
     const std::vector<Entry> entries = Entries(e.value, kFenceKeyKeys, path);
     if (entries.size() != 1) {
@@ -531,6 +558,331 @@ class Loader {
       route_.header_at = At(source.value);  // checked against token_header once the whole file is read
     }
     route_.route.fence_key = std::move(spec);
+  }
+
+  // lock_services: NAME -> {etcd: {...}} or {zookeeper: {...}}. Only services without a problem
+  // are kept; every name written is remembered so that a route naming a broken service is not
+  // told, a second time, that it does not exist.
+  void LoadLockServices(const Entry& e, const std::string& path) {
+    if (e.value.IsNull()) return;  // every service commented out: none
+    if (!e.value.IsMap()) {
+      Error(At(e.value), path + ": expected a mapping of NAME: {etcd: {...}} or NAME: {zookeeper: {...}}, got " +
+                             Describe(e.value));
+      return;
+    }
+    for (const Entry& service : NamedEntries(e.value, path)) {
+      lock_services_written_.insert(service.key);
+      if (const std::string problem = CheckName(service.key); !problem.empty()) {
+        Error(service.key_at, path + ": a lock service name " + problem + " (got " + Quote(service.key) + ")");
+        continue;
+      }
+      const std::string where = path + "." + service.key;
+      const size_t errors_before = errors_.size();
+      LockServiceConfig config;
+      config.name = service.key;
+      LoadLockService(service, where, &config);
+      if (errors_.size() == errors_before) config_->lock_services.push_back(std::move(config));
+    }
+  }
+
+  // One service: exactly one of etcd and zookeeper.
+  void LoadLockService(const Entry& service, const std::string& where, LockServiceConfig* out) {
+    if (!service.value.IsMap()) {
+      Error(At(service.value, service.key_at),
+            where + ": expected a mapping, {etcd: {...}} or {zookeeper: {...}}, got " + Describe(service.value));
+      return;
+    }
+    const size_t errors_before = errors_.size();
+    const std::vector<Entry> kinds = Entries(service.value, kLockServiceKinds, where);
+    if (kinds.size() != 1) {
+      if (kinds.empty() && errors_.size() == errors_before) {
+        Error(At(service.value, service.key_at), where + ": give etcd or zookeeper, the kind of lock service");
+      } else if (kinds.size() > 1) {
+        Error(kinds[1].key_at, where + ": give exactly one of etcd and zookeeper, not both");
+      }
+      return;
+    }
+    const Entry& kind = kinds.front();
+    const std::string kind_path = where + "." + kind.key;
+    if (!kind.value.IsMap()) {
+      Error(At(kind.value, kind.key_at), kind_path + ": expected a mapping with " +
+                                             (kind.key == "etcd" ? "endpoints" : "hosts") + ", got " +
+                                             Describe(kind.value));
+      return;
+    }
+    if (kind.key == "etcd") {
+      out->kind = LockServiceConfig::Kind::kEtcd;
+      LoadEtcd(kind.value, At(kind.value), kind_path, &out->etcd);
+    } else {
+      out->kind = LockServiceConfig::Kind::kZooKeeper;
+      LoadZooKeeper(kind.value, At(kind.value), kind_path, &out->zookeeper);
+    }
+  }
+
+  void LoadEtcd(const YAML::Node& map, Position at, const std::string& path, EtcdClientConfig* out) {
+    std::optional<Position> endpoints_at, username_at, password_file_at, tls_at;
+    bool any_https = false, endpoints_ok = false;
+    for (const Entry& e : Entries(map, kEtcdKeys, path)) {
+      const std::string key_path = path + "." + e.key;
+      if (e.key == "endpoints") {
+        endpoints_at = At(e.value, e.key_at);
+        endpoints_ok = LoadEndpoints(e, key_path, &out->endpoints, &any_https);
+      } else if (e.key == "timeout") {
+        LockServiceTimeout(e, key_path, &out->timeout);
+      } else if (e.key == "username") {
+        username_at = At(e.value, e.key_at);
+        NonEmpty(e, key_path, &out->username);
+      } else if (e.key == "password_file") {
+        password_file_at = At(e.value, e.key_at);
+        NonEmpty(e, key_path, &out->password_file);
+      } else if (e.key == "password") {
+        Error(e.key_at, key_path + ": the route file carries no secret; write the password into a file (a "
+                                   "Kubernetes Secret) and give its path as password_file");
+      } else if (e.key == "tls") {
+        tls_at = At(e.value, e.key_at);
+        LoadTls(e, key_path, &out->tls_settings);
+      }
+    }
+    if (!endpoints_at) {
+      Error(at, path + ": missing required key 'endpoints' (the etcd members, e.g. [\"http://127.0.0.1:2379\"])");
+    }
+    if (username_at && !password_file_at) {
+      Error(*username_at, path + ".username: needs password_file, the file holding the user's password");
+    } else if (password_file_at && !username_at) {
+      Error(*password_file_at, path + ".password_file: needs username, the etcd user the password is for");
+    }
+    if (tls_at && endpoints_ok && !any_https) {
+      Error(*tls_at, path + ".tls: the endpoints are http://; TLS settings need https:// endpoints (write "
+                            "https://, or drop tls)");
+    }
+    out->tls = any_https || tls_at.has_value();
+  }
+
+  // A non-empty list of distinct endpoints, all http:// or all https://.
+  bool LoadEndpoints(const Entry& e, const std::string& path, std::vector<std::string>* out, bool* any_https) {
+    if (!e.value.IsSequence()) {
+      Error(At(e.value, e.key_at), path + ": expected a list such as [\"http://127.0.0.1:2379\"], got " +
+                                       Describe(e.value));
+      return false;
+    }
+    if (e.value.size() == 0) {
+      Error(At(e.value), path + ": must list at least one endpoint");
+      return false;
+    }
+    std::vector<std::string> endpoints;
+    std::optional<bool> first_https;
+    bool ok = true;
+    for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+      const YAML::Node item = *it;
+      if (!item.IsScalar()) {
+        Error(At(item), path + ": expected an endpoint such as \"http://127.0.0.1:2379\", got " + Describe(item));
+        ok = false;
+        continue;
+      }
+      const std::string endpoint = item.Scalar();
+      bool https = false;
+      if (const std::string problem = CheckEtcdEndpoint(endpoint, &https); !problem.empty()) {
+        Error(At(item), path + ": " + problem + " (got " + Quote(endpoint) + ")");
+        ok = false;
+        continue;
+      }
+      if (std::find(endpoints.begin(), endpoints.end(), endpoint) != endpoints.end()) {
+        Error(At(item), path + ": duplicate endpoint " + Quote(endpoint));
+        ok = false;
+        continue;
+      }
+      if (first_https && *first_https != https) {
+        Error(At(item), path + ": mixes http:// and https:// endpoints; one client talks to every member the "
+                               "same way (the first endpoint is " + (*first_https ? "https" : "http") + "://)");
+        ok = false;
+        continue;
+      }
+      first_https = https;
+      endpoints.push_back(endpoint);
+    }
+    if (!ok) return false;
+    *any_https = first_https.value_or(false);
+    *out = std::move(endpoints);
+    return true;
+  }
+
+  // tls: {ca_file, cert_file, key_file, server_name}, every one optional; an empty block means
+  // TLS with the system's trust store.
+  void LoadTls(const Entry& e, const std::string& path, TlsSettings* out) {
+    if (!Mapping(e, path)) return;
+    std::optional<Position> cert_at, key_at;
+    for (const Entry& f : Entries(e.value, kTlsKeys, path)) {
+      const std::string key_path = path + "." + f.key;
+      if (f.key == "ca_file") {
+        NonEmpty(f, key_path, &out->ca_file);
+      } else if (f.key == "cert_file") {
+        cert_at = At(f.value, f.key_at);
+        NonEmpty(f, key_path, &out->cert_file);
+      } else if (f.key == "key_file") {
+        key_at = At(f.value, f.key_at);
+        NonEmpty(f, key_path, &out->key_file);
+      } else if (f.key == "server_name") {
+        auto check = [](std::string_view text, std::string* name) -> std::string {
+          std::string problem = CheckHostName(text);
+          if (problem.empty()) *name = std::string(text);
+          return problem;
+        };
+        Checked(f, key_path, check, &out->server_name);
+      }
+    }
+    if (cert_at && !key_at) {
+      Error(*cert_at, path + ".cert_file: needs key_file, the client certificate's private key");
+    } else if (key_at && !cert_at) {
+      Error(*key_at, path + ".key_file: needs cert_file, the client certificate the key belongs to");
+    }
+  }
+
+  void LoadZooKeeper(const YAML::Node& map, Position at, const std::string& path, ZooKeeperClientConfig* out) {
+    bool have_hosts = false;
+    for (const Entry& e : Entries(map, kZooKeeperKeys, path)) {
+      const std::string key_path = path + "." + e.key;
+      if (e.key == "hosts") {
+        have_hosts = true;
+        auto check = [](std::string_view text, std::string* hosts) -> std::string {
+          std::string problem = CheckZooKeeperHosts(text);
+          if (problem.empty()) *hosts = std::string(text);
+          return problem;
+        };
+        Checked(e, key_path, check, &out->hosts);
+      } else if (e.key == "timeout") {
+        LockServiceTimeout(e, key_path, &out->timeout);
+      } else if (e.key == "session_timeout") {
+        std::chrono::milliseconds value{};
+        if (!Checked(e, key_path, CheckDuration, &value)) continue;
+        if (value < kMinZooKeeperSession || value > kMaxZooKeeperSession) {
+          Error(At(e.value), key_path + ": must be from 2s to 10m (servers clamp it to 2 to 20 tickTimes: 4s to "
+                                        "40s with the default tickTime of 2s)");
+          continue;
+        }
+        out->session_timeout = value;
+      }
+    }
+    if (!have_hosts) {
+      Error(at, path + ": missing required key 'hosts' (the connect string, e.g. \"127.0.0.1:2181\")");
+    }
+  }
+
+  // A lock service's timeout: a raise waits this long for the answer, at most a minute.
+  void LockServiceTimeout(const Entry& e, const std::string& path, std::chrono::milliseconds* field) {
+    std::chrono::milliseconds value{};
+    if (!Checked(e, path, CheckDuration, &value)) return;
+    if (value > kMaxLockServiceTimeout) {
+      Error(At(e.value), path + ": must be at most 1m (a raise waits this long for the lock service)");
+      return;
+    }
+    *field = value;
+  }
+
+  bool NonEmpty(const Entry& e, const std::string& path, std::string* out) {
+    auto check = [](std::string_view text, std::string* value) -> std::string {
+      if (text.empty()) return "must not be empty";
+      *value = std::string(text);
+      return "";
+    };
+    return Checked(e, path, check, out);
+  }
+
+  // verify: {service: NAME, lock: "..."}. Whether the service exists, and what its kind asks of
+  // the lock, is checked once the whole file is read (lock_services may come after routes).
+  void LoadVerify(const Entry& e, const std::string& path) {
+    route_.verify_at = At(e.value, e.key_at);
+    if (!e.value.IsMap()) {
+      Error(At(e.value, e.key_at), path + ": expected a mapping, {service: NAME, lock: \"/locks/...\"}, got " +
+                                       Describe(e.value));
+      route_.ok = false;
+      return;
+    }
+    const size_t errors_before = errors_.size();
+    VerifySpec spec;
+    for (const Entry& f : Entries(e.value, kVerifyKeys, path)) {
+      const std::string key_path = path + "." + f.key;
+      if (f.key == "service") {
+        route_.verify_service_at = At(f.value, f.key_at);
+        NonEmpty(f, key_path, &spec.service);
+      } else {
+        route_.verify_lock_at = At(f.value, f.key_at);
+        auto check = [](std::string_view text, std::string* lock) -> std::string {
+          std::string problem = CheckLockTemplate(text);
+          if (problem.empty()) *lock = std::string(text);
+          return problem;
+        };
+        Checked(f, key_path, check, &spec.lock);
+      }
+    }
+    if (!route_.verify_service_at) {
+      Error(*route_.verify_at, path + ": missing required key 'service' (a name under lock_services)");
+    }
+    if (!route_.verify_lock_at) {
+      Error(*route_.verify_at, path + ": missing required key 'lock' (the lock's name in the service)");
+    }
+    if (errors_.size() != errors_before) {
+      route_.ok = false;
+      return;
+    }
+    route_.route.verify = std::move(spec);
+  }
+
+  // {key} is the fence key: only a keyed route has one, and a keyed route needs it, or every key
+  // would be verified against one lock.
+  void CheckVerifyKey(const std::string& where) {
+    const RouteConfig& route = route_.route;
+    if (!route.verify.enabled() || !route_.verify_lock_at) return;
+    // A fence_key in error is reported already; whether it meant a key is not known.
+    if (route_.fence_key_written && !route.fence_key.keyed()) return;
+    const bool has_key = route.verify.lock.find("{key}") != std::string::npos;
+    if (has_key && !route.fence_key.keyed()) {
+      Error(*route_.verify_lock_at,
+            where + ".verify.lock: {key} is the fence key, and this route has none; add fence_key "
+                    "({path_segment: N} or {header: NAME}), or name the one lock without {key}");
+      route_.ok = false;
+    } else if (!has_key && route.fence_key.keyed()) {
+      Error(*route_.verify_lock_at,
+            where + ".verify.lock: a keyed route's lock must contain {key} (each key is its own lock); "
+                    "without it every key would be verified against the one lock " + Quote(route.verify.lock) +
+                    ", whose holder could then raise any key");
+      route_.ok = false;
+    }
+  }
+
+  // Each verified route's service exists, and a ZooKeeper lock is a znode path. Reported at the
+  // route's service or lock.
+  void CheckVerifyServices(const ProxyConfig& c) {
+    std::vector<std::string_view> names;
+    for (const LockServiceConfig& service : c.lock_services) names.push_back(service.name);
+    for (size_t i = 0; i < c.routes.size() && i < route_keys_.size(); ++i) {
+      const VerifySpec& verify = c.routes[i].verify;
+      const RouteKeys& at = route_keys_[i];
+      if (!verify.enabled()) continue;
+      const LockServiceConfig* service = c.FindLockService(verify.service);
+      if (!service) {
+        if (lock_services_written_.contains(verify.service)) continue;  // already an error of its own
+        std::string message = at.where + ".verify.service: no lock service " + Quote(verify.service);
+        if (names.empty()) {
+          message += "; define it under lock_services";
+        } else if (const std::string_view best = Nearest(verify.service, names); !best.empty()) {
+          message += "; did you mean '" + std::string(best) + "'?";
+        } else {
+          std::string known;
+          for (std::string_view name : names) known += (known.empty() ? "" : ", ") + std::string(name);
+          message += " (lock_services has: " + known + ")";
+        }
+        Error(at.verify_service_at.value_or(at.route_at), message);
+        continue;
+      }
+      if (service->kind == LockServiceConfig::Kind::kZooKeeper) {
+        if (const std::string problem = CheckZnodePath(verify.lock); !problem.empty()) {
+          Error(at.verify_lock_at.value_or(at.route_at),
+                at.where + ".verify.lock: " + problem + ": '" + service->name +
+                    "' is a ZooKeeper service, whose locks are znode paths such as /locks/objects/{key} (got " +
+                    Quote(verify.lock) + ")");
+        }
+      }
+    }
   }
 
   // The key settings of one route, on their own: they describe a fence's keys, so they need a
@@ -580,6 +932,14 @@ class Loader {
                   "kind, or this route another fence)");
         continue;
       }
+      // One fence, one lock per key: otherwise whether a raise passes would depend on the route
+      // it came through.
+      if (route.verify != first.verify) {
+        Error(at.verify_at.value_or(at.route_at),
+              at.where + ".verify: " + VerifyText(route.verify) + " here, but " + VerifyText(first.verify) + " on " +
+                  other + ", which names the same fence '" + route.fence + "'; routes naming one fence must agree "
+                  "on verify (service and lock)");
+      }
       if (!route.fence_key.keyed()) continue;
       auto differs = [&](std::optional<Position> written, const char* name, const std::string& mine,
                          const std::string& theirs) {
@@ -596,6 +956,10 @@ class Loader {
     }
   }
 
+  static std::string VerifyText(const VerifySpec& verify) {
+    if (!verify.enabled()) return "no verify";
+    return "service '" + verify.service + "', lock " + Quote(verify.lock);
+  }
   static std::string TokenOrderName(TokenOrder order) { return order == TokenOrder::kGlobal ? "global" : "per_lock"; }
   static std::string DurationText(std::chrono::milliseconds d) {
     return d.count() == 0 ? "never (not set)" : std::to_string(d.count()) + "ms";
@@ -710,6 +1074,7 @@ class Loader {
     bool fence_key_written = false;
     // Where the key settings were written, for the checks across keys and routes.
     std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
+    std::optional<Position> verify_at, verify_service_at, verify_lock_at;
   } route_;
   // For each route kept (parallel to config_->routes): where its key settings are.
   struct RouteKeys {
@@ -717,8 +1082,10 @@ class Loader {
     std::string name, fence;
     Position route_at;
     std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
+    std::optional<Position> verify_at, verify_service_at, verify_lock_at;
   };
   std::vector<RouteKeys> route_keys_;
+  std::set<std::string, std::less<>> lock_services_written_;  // every name under lock_services
   std::map<std::string, int> route_names_;     // name -> line, over all routes
   std::map<std::string, int> route_prefixes_;  // prefix -> line
   std::map<std::string, FoldedPrefix> folded_prefix_;
@@ -825,6 +1192,11 @@ const ConfigKey kKeys[] = {
          [](Loader& l, const Entry& e, const std::string& path) {
            if (l.Mapping(e, path)) l.LoadLimits(e.value);
          }},
+    // Restart-only: the clients are built at start-up (connections, sessions, the password read
+    // from its file), and the shared fences of the next issue will hang on them too.
+    {.section = KeySection::kTop, .name = "lock_services", .type = "mapping", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.lock_services == b.lock_services; },
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadLockServices(e, path); }},
     {.section = KeySection::kTop, .name = "routes", .type = "list",
      .load =
          [](Loader& l, const Entry& e, const std::string& path) {
@@ -1021,12 +1393,27 @@ const ConfigKey kKeys[] = {
            l.route_.forget_at = l.At(e.value, e.key_at);
            l.Checked(e, path, CheckDuration, &l.route_.route.forget_idle_keys_after);
          }},
+    // Applied on reload: the max stays durable whatever verifies the next raise, so a new lock
+    // or service only makes later raises pass or fail differently (never a token above the max).
+    {.section = KeySection::kRoute, .name = "verify", .type = "mapping",
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadVerify(e, path); }},
 };
 #pragma GCC diagnostic pop
+
+const NestedConfigKeys kNestedKeys[] = {
+    {"routes[].fence_key", kFenceKeyKeys},
+    {"routes[].verify", kVerifyKeys},
+    {"lock_services.NAME", kLockServiceKinds},
+    {"lock_services.NAME.etcd", kEtcdKeys},
+    {"lock_services.NAME.etcd.tls", kTlsKeys},
+    {"lock_services.NAME.zookeeper", kZooKeeperKeys},
+};
 
 }  // namespace
 
 std::span<const ConfigKey> ConfigKeys() { return kKeys; }
+
+std::span<const NestedConfigKeys> NestedKeys() { return kNestedKeys; }
 
 std::string_view SectionName(KeySection section) {
   switch (section) {

@@ -249,6 +249,121 @@ std::string CheckBackendUrl(std::string_view text, HostPort* out) {
   return "";
 }
 
+std::string CheckEtcdEndpoint(std::string_view text, bool* https) {
+  const std::string expected = "expected http://host:port or https://host:port, e.g. http://127.0.0.1:2379";
+  const size_t scheme_end = text.find("://");
+  if (scheme_end == std::string_view::npos) return expected;
+  const std::string_view scheme = text.substr(0, scheme_end);
+  // Lower case only: the clients take the endpoint as written.
+  if (scheme == "https") {
+    *https = true;
+  } else if (scheme == "http") {
+    *https = false;
+  } else if (EqualsIgnoreCase(scheme, "http") || EqualsIgnoreCase(scheme, "https")) {
+    return "write the scheme in lower case (http:// or https://)";
+  } else {
+    return "unsupported scheme '" + std::string(scheme) + "'; " + expected;
+  }
+  const std::string_view rest = text.substr(scheme_end + 3);
+  const size_t authority_end = rest.find_first_of("/?#");
+  const std::string_view authority = rest.substr(0, authority_end);
+  if (authority.find('@') != std::string_view::npos) {
+    return "an endpoint must not contain user information (user@); use username and password_file";
+  }
+  if (authority_end != std::string_view::npos) {
+    return "an endpoint must not have a path, query or fragment, not even a trailing '/' (the client adds "
+           "the API's paths)";
+  }
+  HostPort parsed;
+  bool has_port = false;
+  if (std::string error = SplitHostPort(authority, &parsed, &has_port); !error.empty()) return error;
+  if (!has_port) return "the port is required (etcd's client port is usually 2379)";
+  return "";
+}
+
+std::string CheckZooKeeperHosts(std::string_view text) {
+  const std::string expected = "expected host:port[,host:port...][/chroot], e.g. 127.0.0.1:2181";
+  if (text.empty()) return "must not be empty; " + expected;
+  const size_t slash = text.find('/');
+  const std::string_view hosts = text.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    if (std::string problem = CheckZnodePath(text.substr(slash)); !problem.empty()) return "the chroot " + problem;
+  }
+  if (hosts.empty()) return "no host before the chroot; " + expected;
+  std::vector<std::string_view> seen;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = hosts.find(',', start);
+    const std::string_view item = hosts.substr(start, comma == std::string_view::npos ? std::string_view::npos
+                                                                                      : comma - start);
+    if (item.empty()) return "an empty entry in the host list (a stray ',')";
+    if (item.find_first_of(" \t") != std::string_view::npos) return "must not contain spaces";
+    // The C client splits host and port at the last ':' and takes no brackets.
+    if (item.front() == '[' || std::count(item.begin(), item.end(), ':') > 1) {
+      return "'" + std::string(item) + "': IPv6 addresses are not supported in hosts; use a host name";
+    }
+    HostPort parsed;
+    bool has_port = false;
+    if (std::string error = SplitHostPort(item, &parsed, &has_port); !error.empty()) {
+      return "'" + std::string(item) + "': " + error;
+    }
+    if (!has_port) return "'" + std::string(item) + "': the port is required (ZooKeeper's client port is usually 2181)";
+    if (std::find(seen.begin(), seen.end(), item) != seen.end()) return "'" + std::string(item) + "' is listed twice";
+    seen.push_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return "";
+}
+
+std::string CheckZnodePath(std::string_view text) {
+  if (text.empty() || text.front() != '/') return "must be an absolute znode path (start with '/')";
+  if (text == "/") return "must name a znode below the root '/'";
+  if (text.back() == '/') return "must not end with '/'";
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return "must not contain control characters";
+  }
+  if (text.find("//") != std::string_view::npos) return "must not contain empty segments ('//')";
+  size_t start = 1;
+  while (start <= text.size()) {
+    size_t end = text.find('/', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view segment = text.substr(start, end - start);
+    if (segment == "." || segment == "..") return "must not contain '.' or '..' segments";
+    if (start == 1 && segment == "zookeeper") return "must not be under /zookeeper (ZooKeeper's own znodes)";
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string CheckHostName(std::string_view text) { return CheckHost(text, false); }
+
+std::string CheckLockTemplate(std::string_view text) {
+  static constexpr std::string_view kPlaceholder = "{key}";
+  if (text.empty()) return "must not be empty";
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return "must not contain control characters";
+  }
+  if (text.back() == '/') {
+    return "must not end with '/' (an etcd lock's holder is the key under LOCK/, a ZooKeeper lock's the "
+           "child of LOCK: name LOCK itself)";
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '}') return "has a '}' without '{'; the one placeholder is {key}";
+    if (text[i] != '{') continue;
+    if (text.substr(i, kPlaceholder.size()) != kPlaceholder) {
+      const size_t close = text.find('}', i);
+      if (close == std::string_view::npos) return "has a '{' without '}'; the one placeholder is {key}";
+      return "unknown placeholder '" + std::string(text.substr(i, close - i + 1)) +
+             "'; the one placeholder is {key}, the fence key";
+    }
+    i += kPlaceholder.size() - 1;
+  }
+  return "";
+}
+
 std::string CheckName(std::string_view text) {
   if (text.empty()) return "must not be empty";
   if (text.size() > kMaxNameLength) return "is longer than " + std::to_string(kMaxNameLength) + " characters";

@@ -18,6 +18,13 @@ inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
 inline constexpr uint64_t kMinHeaderBytes = 1024;
 inline constexpr uint64_t kMaxHeaderBytes = 1024 * 1024;  // Beast's header limit is 32-bit
 inline constexpr unsigned kMaxThreads = 256;
+// Longest wait for a lock service's answer: a raise waits for it, so anything longer than a
+// client would wait for a write is a typo.
+inline constexpr std::chrono::milliseconds kMaxLockServiceTimeout = std::chrono::minutes(1);
+// A ZooKeeper session shorter than this is below any server's minimum (two ticks of the
+// smallest sensible tickTime); servers clamp it to 2..20 tickTimes anyway.
+inline constexpr std::chrono::milliseconds kMinZooKeeperSession = std::chrono::seconds(2);
+inline constexpr std::chrono::milliseconds kMaxZooKeeperSession = std::chrono::minutes(10);
 
 std::string CheckDuration(std::string_view text, std::chrono::milliseconds* out);
 std::string CheckSize(std::string_view text, uint64_t* out);
@@ -29,7 +36,21 @@ std::string CheckListenAddress(std::string_view text, HostPort* out);
 // "http://host[:port][/]": nothing after the authority but an optional "/".
 std::string CheckBackendUrl(std::string_view text, HostPort* out);
 
-std::string CheckName(std::string_view text);  // route and fence names
+// A lock service's etcd endpoint: "http://host:port" or "https://host:port", the port required
+// (the clients take the endpoint as written), nothing after the authority. *https tells which.
+std::string CheckEtcdEndpoint(std::string_view text, bool* https);
+// A ZooKeeper connect string: "host:port[,host:port...][/chroot]", each port required and each
+// host a name or IPv4 address (the C client splits host and port at the last ':').
+std::string CheckZooKeeperHosts(std::string_view text);
+// An absolute znode path: starts with '/', no trailing '/', no empty, "." or ".." segments.
+std::string CheckZnodePath(std::string_view text);
+// A route's verify lock, for any service: non-empty, no control characters, no trailing '/'
+// (the etcd holder's key is under LOCK/), and no placeholder but "{key}".
+std::string CheckLockTemplate(std::string_view text);
+// A host name or IP address without brackets or port (a TLS server_name).
+std::string CheckHostName(std::string_view text);
+
+std::string CheckName(std::string_view text);  // route, fence and lock service names
 std::string CheckPrefix(std::string_view text);
 std::string CheckHeaderName(std::string_view text);
 std::string CheckMethod(std::string_view text);

@@ -814,10 +814,12 @@ std::string Trim(std::string_view text) {
 }
 
 // The keys of a block-style file like reference.yaml: top-level keys at column 1, the keys of a
-// section indented under it, a route's keys after "- ".
+// section indented under it, a route's keys after "- ". The body of lock_services is left out:
+// its keys are names the file chooses, and the keys under them are NestedKeys().
 std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
   std::vector<WrittenKey> keys;
   KeySection nested = KeySection::kTop;
+  bool names = false;
   std::istringstream in(yaml);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -832,10 +834,11 @@ std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
     if (indent == 0) {
       keys.push_back({KeySection::kTop, name, value, number});
       nested = KeySection::kTop;
+      names = name == "lock_services";
       for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kRoute}) {
         if (SectionName(s) == name) nested = s;
       }
-    } else {
+    } else if (!names) {
       keys.push_back({nested, name, value, number});
     }
   }
@@ -903,6 +906,47 @@ TEST(ConfigExamplesTest, ReferenceWritesEveryKeyOfTheTable) {
     });
     EXPECT_TRUE(known) << "reference.yaml:" << w.line << " writes '" << w.name << "', which is not in the key table";
   }
+}
+
+// Whether a line of yaml, outside its comment, writes "name:" as a key (block or flow style).
+bool WritesKey(const std::string& yaml, std::string_view name) {
+  std::istringstream in(yaml);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string code = line.substr(0, line.find('#'));
+    for (size_t at = code.find(std::string(name) + ":"); at != std::string::npos;
+         at = code.find(std::string(name) + ":", at + 1)) {
+      if (at == 0 || code[at - 1] == ' ' || code[at - 1] == '{' || code[at - 1] == ',') return true;
+    }
+  }
+  return false;
+}
+
+// The keys inside key values (a route's verify, a lock service's etcd, tls and zookeeper blocks)
+// are written in the reference file too, and a lock service's each have a row in the README.
+TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
+  const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
+  ASSERT_FALSE(NestedKeys().empty());
+  for (const NestedConfigKeys& nested : NestedKeys()) {
+    for (std::string_view name : nested.names) {
+      SCOPED_TRACE(std::string(nested.path) + "." + std::string(name));
+      EXPECT_NE(readme.find(std::string(name)), std::string::npos);
+      // "password" is known only to be refused with its own message: nothing to write or tabulate.
+      if (name == "password") continue;
+      EXPECT_TRUE(WritesKey(reference, name)) << "reference.yaml does not write it";
+      // The README has a table for each block of a lock service.
+      if (nested.path.starts_with("lock_services.NAME.")) {
+        EXPECT_FALSE(ReadmeRow(readme, name).empty()) << "no README table row";
+      }
+    }
+  }
+  // The reference's services and verified route load as written.
+  const ConfigResult r = LoadConfigFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  ASSERT_EQ(r.config->lock_services.size(), 3u);
+  EXPECT_TRUE(r.config->lock_services[1].etcd.tls);
+  EXPECT_EQ(r.config->routes[1].verify.lock, "/locks/objects/{key}");
 }
 
 // What the table declares is what the loader accepts: each key loads in its section, and a

@@ -221,8 +221,9 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     }
     ++checked;
   }
-  // All but timeouts, limits, routes themselves and fence_key (a mapping: FenceKeysOfARunningFence).
-  EXPECT_GE(checked, ConfigKeys().size() - 4);
+  // All but timeouts, limits, routes themselves, fence_key (a mapping: FenceKeysOfARunningFence),
+  // lock_services and verify (mappings: LockServicesAndVerify).
+  EXPECT_GE(checked, ConfigKeys().size() - 6);
 }
 
 // A fence the running routes have keeps its key settings until a restart: the registry holds its
@@ -263,6 +264,57 @@ TEST_F(ConfigReloaderTest, FenceKeysOfARunningFence) {
   }
 }
 
+// The lock-service clients are built at start-up: a file that adds, removes or changes one is
+// refused. A route's verify is applied, even on a running fence: it only decides which later
+// raises pass, and the max stays durable either way.
+TEST_F(ConfigReloaderTest, LockServicesAndVerify) {
+  const std::string head =
+      "listen: \"127.0.0.1:18080\"\nadmin_listen: \"127.0.0.1:19901\"\nbackend: \"http://127.0.0.1:18081\"\n"
+      "state_file: ./fences.log\n";
+  const std::string etcd = "  e1: {etcd: {endpoints: [\"http://127.0.0.1:2379\"]}}\n";
+  const std::string zk = "  z1: {zookeeper: {hosts: \"127.0.0.1:2181\"}}\n";
+  auto file = [&](const std::string& services, const std::string& verify) {
+    return head + "lock_services:\n" + services +
+           "routes:\n  - name: orders\n    prefix: /orders\n    fence_key: {path_segment: 1}\n" + verify;
+  };
+  const std::string to_e1 = "    verify: {service: e1, lock: \"/locks/{key}\"}\n";
+  const std::string to_z1 = "    verify: {service: z1, lock: \"/locks/{key}\"}\n";
+  struct Case {
+    std::string running, loaded, refused;  // refused: the key RestartOnlyChange names, "" = applied
+  };
+  const std::vector<Case> cases = {
+      {file(etcd, ""), file(etcd + zk, ""), "lock_services"},
+      {file(etcd + zk, ""), file(etcd, ""), "lock_services"},
+      {file(etcd, ""), file("  e1: {etcd: {endpoints: [\"http://127.0.0.1:2380\"]}}\n", ""), "lock_services"},
+      {file(etcd, ""), file("  e1: {etcd: {endpoints: [\"http://127.0.0.1:2379\"], timeout: 2s}}\n", ""),
+       "lock_services"},
+      {file(zk, ""), file("  z1: {zookeeper: {hosts: \"127.0.0.1:2181\", session_timeout: 20s}}\n", ""),
+       "lock_services"},
+      {file(etcd, ""), file("  e2: {etcd: {endpoints: [\"http://127.0.0.1:2379\"]}}\n", ""), "lock_services"},
+      // Written another way, the services are the same.
+      {file(etcd, ""), file("  e1:\n    etcd:\n      endpoints: [\"http://127.0.0.1:2379\"]\n      timeout: 1s\n", ""),
+       ""},
+      {file(etcd + zk, ""), file(etcd + zk, to_e1), ""},
+      {file(etcd + zk, to_e1), file(etcd + zk, to_z1), ""},
+      {file(etcd + zk, to_e1), file(etcd + zk, "    verify: {service: e1, lock: \"/other/{key}\"}\n"), ""},
+      {file(etcd + zk, to_e1), file(etcd + zk, ""), ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.running + "->\n" + c.loaded);
+    WriteBytes(path_, c.running);
+    ConfigResult running = LoadConfigFile(path_);
+    ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
+    Metrics metrics;
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    WriteBytes(path_, c.loaded);
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
+    EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), c.refused);
+    EXPECT_EQ(reloader.Reload("test"), c.refused.empty());
+    EXPECT_EQ(reloader.running() == running.config, !c.refused.empty());
+  }
+}
+
 // Which keys need a restart is a promise to operators (config/README.md); a key leaving or
 // joining the set is a decision, not a side effect of editing the table.
 TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
@@ -273,7 +325,7 @@ TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
   EXPECT_EQ(paths, (std::set<std::string>{"listen", "admin_listen", "backend", "state_file", "threads",
                                           "timeouts.connect", "limits.max_connections", "routes[].fence_key",
                                           "routes[].max_keys", "routes[].token_order",
-                                          "routes[].forget_idle_keys_after"}));
+                                          "routes[].forget_idle_keys_after", "lock_services"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {
