@@ -11,7 +11,9 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -561,6 +563,33 @@ TEST_F(EtcdTest, StopCompletesAPendingCall) {
   EXPECT_EQ(a.status, Status::kUnavailable);
   EXPECT_TRUE(Contains(a.error, "stopped")) << a.error;
   EXPECT_LT(Clock::now() - start, 1s);
+}
+
+// A measurement, not a test (bench/etcd_range_latency.py runs it): the latency of the holder's
+// range through the client, one call at a time. FP_ETCD_ENDPOINT: measure that etcd instead of
+// the suite's; FP_BENCH_CALLS: how many calls (default 1000).
+TEST_F(EtcdTest, DISABLED_HolderRangeLatency) {
+  const char* endpoint = std::getenv("FP_ETCD_ENDPOINT");
+  const char* calls = std::getenv("FP_BENCH_CALLS");
+  int n = calls ? std::atoi(calls) : 1000;
+  std::string error;
+  auto client = EtcdClient::Create(Config({endpoint ? endpoint : etcd_->endpoint()}), &error);
+  ASSERT_NE(client, nullptr) << error;
+  Put(*client, "/locks/bench/holder");
+  const json::object request = EtcdLockService::HolderRequest("/locks/bench");
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(CallSync(*client, "/v3/kv/range", request).ok());  // warm up
+  std::vector<double> micros;
+  for (int i = 0; i < n; ++i) {
+    auto start = Clock::now();
+    EtcdResult r = CallSync(*client, "/v3/kv/range", request);
+    micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    ASSERT_TRUE(r.ok()) << r.error;
+    ASSERT_EQ(EtcdLockService::HolderFromRange("/locks/bench", r).status, Status::kHeld);
+  }
+  std::sort(micros.begin(), micros.end());
+  auto at = [&](double q) { return micros[std::min(micros.size() - 1, size_t(q * double(micros.size())))]; };
+  std::printf("{\"client\": \"fencing-proxy EtcdClient (JSON gateway)\", \"calls\": %d, \"p50_us\": %.0f, \"p99_us\": %.0f}\n", n,
+              at(0.50), at(0.99));
 }
 
 TEST(EtcdKilled, AKilledEtcdIsUnavailableAtOnce) {
