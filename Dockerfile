@@ -20,7 +20,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake git ca-certificates pkg-config \
-      libboost1.81-dev libboost-json1.81-dev \
+      libboost1.81-dev libboost-json1.81-dev libssl-dev \
       libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev \
       libzookeeper-mt-dev \
       googletest libgtest-dev \

@@ -6,7 +6,7 @@ set -euo pipefail
 # Build and run (the Dockerfile's build stage installs exactly this list; deploy/validate checks).
 packages=(
   build-essential cmake git ca-certificates pkg-config
-  libboost1.81-dev libboost-json1.81-dev
+  libboost1.81-dev libboost-json1.81-dev libssl-dev
   libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev
   libzookeeper-mt-dev
   googletest libgtest-dev
