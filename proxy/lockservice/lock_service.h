@@ -29,7 +29,7 @@ struct HolderAnswer {
   enum class Status { kHeld, kFree, kUnavailable };
   Status status = Status::kUnavailable;
   uint64_t token = 0;  // kHeld: the holder's number
-  std::string holder;  // kHeld: the holder's key or znode, for the log
+  std::string holder;  // kHeld: the holder's key or znode, for the log; kFree: why, if no such lock can exist
   std::string error;   // kUnavailable: why, for the log, the problem detail and /fences
 };
 

@@ -176,10 +176,13 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
     }
     call->id = next_id_++;
     if (!IsZnodePath(call->lock)) {
-      // A route's lock that names no znode: a configuration mistake, answered by the timer
-      // (never inside FindHolder) and never sent.
-      deferred_.push_back(Ready{std::move(call->done),
-                                Unavailable("not a ZooKeeper path: \"" + call->lock + "\"")});
+      // A lock that names no znode (the route file checks its template, so a fence key such as
+      // ".." made it): no znode can exist there, so nobody holds it (409, not a 503 that asks
+      // for a retry that cannot help). Answered by the timer (never inside FindHolder), never sent.
+      HolderAnswer nobody;
+      nobody.status = HolderAnswer::Status::kFree;
+      nobody.holder = "not a ZooKeeper path: \"" + call->lock + "\"";
+      deferred_.push_back(Ready{std::move(call->done), std::move(nobody)});
       cv_.notify_one();
       return;
     }

@@ -349,7 +349,7 @@ TEST(ZooKeeperHolderRule, ZnodePaths) {
   EXPECT_FALSE(IsZnodePath(std::string("/locks/a\0b", 10)));
 }
 
-TEST(ZooKeeperHolderRule, ABadLockPathIsUnavailableAndAnsweredOnTheClientsThread) {
+TEST(ZooKeeperHolderRule, ABadLockPathIsHeldByNobodyAndAnsweredOnTheClientsThread) {
   // No server needed: the path is refused before anything is sent.
   ZooKeeperLockService service("zk", Config("127.0.0.1:" + std::to_string(FreePort())));
   auto promise = std::make_shared<std::promise<std::pair<HolderAnswer, std::thread::id>>>();
@@ -359,8 +359,8 @@ TEST(ZooKeeperHolderRule, ABadLockPathIsUnavailableAndAnsweredOnTheClientsThread
   });
   ASSERT_EQ(answer.wait_for(5s), std::future_status::ready);
   auto [a, thread] = answer.get();
-  EXPECT_EQ(a.status, Status::kUnavailable);
-  EXPECT_NE(a.error.find("not a ZooKeeper path"), std::string::npos) << a.error;
+  EXPECT_EQ(a.status, Status::kFree) << "no znode can exist there: a refusal, not an outage to retry";
+  EXPECT_NE(a.holder.find("not a ZooKeeper path"), std::string::npos) << a.holder;
   EXPECT_NE(thread, std::this_thread::get_id());
 }
 
