@@ -36,6 +36,7 @@ p50). Every process it starts is stopped by PID on any exit. See bench/README.md
 import argparse
 import atexit
 import datetime
+import hashlib
 import http.client
 import json
 import os
@@ -257,6 +258,8 @@ class VerifyBench:
         if check.returncode != 0:
             raise BenchError("this binary rejects the config (--check): %s"
                              % (check.stdout + check.stderr).strip()[-2000:])
+        with open(self.args.binary, "rb") as f:     # each run starts the file anew: say which
+            self.binary_sha256 = hashlib.sha256(f.read()).hexdigest()
         self.log_path = os.path.join(run_dir, "fencing-proxy.out")
         self.proxy = self.sup.spawn("fencing-proxy", [self.args.binary, "--config", cfg], self.log_path)
         deadline = time.monotonic() + 30
@@ -343,7 +346,8 @@ class VerifyBench:
 
     def summarize(self, n, samples, before, after, elapsed):
         a = self.args
-        out = {"run": n, "seconds": round(elapsed, 1), "client_ms": {}, "verification": {}}
+        out = {"run": n, "seconds": round(elapsed, 1), "binary_sha256": self.binary_sha256,
+               "client_ms": {}, "verification": {}}
         for route, s in samples.items():
             out["client_ms"][route] = {"raise": summary_ms(s["raise"]), "equal": summary_ms(s["equal"])}
         for route in a.routes:
