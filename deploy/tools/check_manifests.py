@@ -288,7 +288,8 @@ def check(objects, sidecar, readme, c):
     c.expect(len(rules) == 1, "expected one PrometheusRule, found %d" % len(rules))
     wanted_alerts = {"FencingProxyDown", "FencingProxyStateWriteFailing", "FencingProxyConfigReloadFailing",
                      "FencingProxyStaleRejectionsHigh", "FencingProxyRaiseWaitHigh", "FencingProxyUpstreamErrorsHigh",
-                     "FencingProxyConnectionsNearMax"}
+                     "FencingProxyConnectionsNearMax", "FencingProxyLockServiceUnavailable",
+                     "FencingProxyUnverifiedRaises"}
     seen = set()
     for rule_obj in rules:
         for group in rule_obj["spec"].get("groups") or []:
@@ -308,7 +309,8 @@ def check(objects, sidecar, readme, c):
     c.expect(len(dashboards) == 1, "expected one dashboard ConfigMap, found %d" % len(dashboards))
     wanted_metrics = {"fencing_proxy_requests_total", "fencing_proxy_max_token", "fencing_proxy_raise_wait_seconds",
                       "fencing_proxy_state_sync_seconds", "fencing_proxy_upstream_request_seconds",
-                      "fencing_proxy_inflight_requests", "fencing_proxy_connections"}
+                      "fencing_proxy_inflight_requests", "fencing_proxy_connections",
+                      "fencing_proxy_lock_service_requests_total", "fencing_proxy_lock_service_seconds"}
     for cm in dashboards:
         for key, text in (cm.get("data") or {}).items():
             try:
