@@ -285,6 +285,24 @@ def wait_ready(proc, port, path, what, log_path, timeout=PROC_TIMEOUT):
                      % (what, port, proc.poll(), last, tail))
 
 
+def start_nginx_backend(sup, workdir, cpu=None):
+    """The benchmarks' backend: nginx answering 200 to everything (configs/nginx-backend.conf)
+    on a free port, its master and workers registered with sup. -> (process, port)"""
+    port = free_ports(1)[0]
+    cfg = render("nginx-backend.conf", os.path.join(workdir, "nginx-backend.conf"),
+                 WORKDIR=workdir, BACKEND_PORT=port)
+    out = os.path.join(workdir, "nginx-backend.out")
+    proc = sup.spawn("backend", [find_tool("nginx"), "-p", workdir, "-e",
+                                 os.path.join(workdir, "nginx-backend.error.log"), "-c", cfg],
+                     out, cpu=cpu)
+    wait_ready(proc, port, "/", "backend nginx", out)
+    deadline = time.monotonic() + PROC_TIMEOUT
+    while not children(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sup.add_pids(proc, children(proc.pid))
+    return proc, port
+
+
 def version_of(argv):
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=10,
@@ -393,15 +411,7 @@ class Bench:
     # -- start-up --------------------------------------------------------------------------
 
     def start(self):
-        w = self.workdir
-        backend_port = free_ports(1)[0]
-        self.backend_port = backend_port
-        cfg = render("nginx-backend.conf", os.path.join(w, "nginx-backend.conf"),
-                     WORKDIR=w, BACKEND_PORT=backend_port)
-        out = os.path.join(w, "nginx-backend.out")
-        self.backend = self.sup.spawn("backend", [find_tool("nginx"), "-p", w, "-e", os.path.join(
-            w, "nginx-backend.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
-        wait_ready(self.backend, backend_port, "/", "backend nginx", out)
+        self.backend, self.backend_port = start_nginx_backend(self.sup, self.workdir, cpu=self.proxy_cpu)
         self.backend_pid = self._nginx_worker(self.backend, "backend nginx")
         for name in TARGETS:
             if name in self.args.targets:

@@ -51,8 +51,8 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import (BenchError, Interrupted, Supervisor, children, find_tool, free_ports,  # noqa: E402
-                 http_get, log, render, _LABEL, _SAMPLE, REPO, RESULTS_DIR, PROC_TIMEOUT)
+from run import (BenchError, Interrupted, Supervisor, find_tool, free_ports, start_nginx_backend,  # noqa: E402
+                 http_get, log, _LABEL, _SAMPLE, REPO, RESULTS_DIR, PROC_TIMEOUT)
 
 # The lock services are started by the integration tests' own code.
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -225,26 +225,7 @@ class VerifyBench:
         self.servers = []
 
     def start_backend(self):
-        self.backend_port = free_ports(1)[0]
-        cfg = render("nginx-backend.conf", os.path.join(self.w, "nginx-backend.conf"),
-                     WORKDIR=self.w, BACKEND_PORT=self.backend_port)
-        out = os.path.join(self.w, "nginx-backend.out")
-        self.backend = self.sup.spawn("backend", [find_tool("nginx"), "-p", self.w, "-e",
-                                                  os.path.join(self.w, "nginx-backend.error.log"),
-                                                  "-c", cfg], out)
-        deadline = time.monotonic() + PROC_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                if http_get(self.backend_port, "/")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise BenchError("backend nginx did not start (see %s)" % out)
-        deadline = time.monotonic() + PROC_TIMEOUT
-        while not children(self.backend.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.sup.add_pids(self.backend, children(self.backend.pid))
+        self.backend, self.backend_port = start_nginx_backend(self.sup, self.w)
 
     def start_proxy(self, run_dir, etcd, zk):
         self.port, self.admin_port = free_ports(2)

@@ -17,6 +17,21 @@ namespace fencing {
 namespace config_internal {
 namespace {
 
+// A '/'-separated path's segments (after the leading '/'): none empty, none "." or "..". Route
+// prefixes and znode paths share the rule (a backend or ZooKeeper would read such a path as
+// another one, or refuse it).
+std::string CheckPathSegments(std::string_view path) {
+  if (path.find("//") != std::string_view::npos) return "must not contain empty segments ('//')";
+  for (size_t start = 1; start <= path.size();) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view segment = path.substr(start, end - start);
+    if (segment == "." || segment == "..") return "must not contain '.' or '..' segments";
+    start = end + 1;
+  }
+  return "";
+}
+
 
 // Splits "123unit" into digits and the rest.
 std::pair<std::string_view, std::string_view> SplitNumber(std::string_view text) {
@@ -324,15 +339,9 @@ std::string CheckZnodePath(std::string_view text) {
     const unsigned char u = static_cast<unsigned char>(c);
     if (u < 0x20 || u == 0x7f) return "must not contain control characters";
   }
-  if (text.find("//") != std::string_view::npos) return "must not contain empty segments ('//')";
-  size_t start = 1;
-  while (start <= text.size()) {
-    size_t end = text.find('/', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view segment = text.substr(start, end - start);
-    if (segment == "." || segment == "..") return "must not contain '.' or '..' segments";
-    if (start == 1 && segment == "zookeeper") return "must not be under /zookeeper (ZooKeeper's own znodes)";
-    start = end + 1;
+  if (std::string problem = CheckPathSegments(text); !problem.empty()) return problem;
+  if (text == "/zookeeper" || text.starts_with("/zookeeper/")) {
+    return "must not be under /zookeeper (ZooKeeper's own znodes)";
   }
   return "";
 }
@@ -396,15 +405,7 @@ std::string CheckPrefix(std::string_view text) {
   if (text.size() > 1 && text.back() == '/') {
     return "must not end with '/' (/orders already matches /orders and /orders/...)";
   }
-  if (text.find("//") != std::string_view::npos) return "must not contain empty segments ('//')";
-  size_t start = 1;
-  while (start <= text.size()) {
-    size_t end = text.find('/', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view segment = text.substr(start, end - start);
-    if (segment == "." || segment == "..") return "must not contain '.' or '..' segments";
-    start = end + 1;
-  }
+  if (std::string problem = CheckPathSegments(text); !problem.empty()) return problem;
   return "";
 }
 
