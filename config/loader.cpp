@@ -875,7 +875,7 @@ class Loader {
         continue;
       }
       if (service->kind == LockServiceConfig::Kind::kZooKeeper) {
-        if (const std::string problem = CheckZnodePath(verify.lock); !problem.empty()) {
+        if (const std::string problem = ZnodePathProblem(verify.lock); !problem.empty()) {
           Error(at.verify_lock_at.value_or(at.route_at),
                 at.where + ".verify.lock: " + problem + ": '" + service->name +
                     "' is a ZooKeeper service, whose locks are znode paths such as /locks/objects/{key} (got " +

@@ -17,21 +17,6 @@ namespace fencing {
 namespace config_internal {
 namespace {
 
-// A '/'-separated path's segments (after the leading '/'): none empty, none "." or "..". Route
-// prefixes and znode paths share the rule (a backend or ZooKeeper would read such a path as
-// another one, or refuse it).
-std::string CheckPathSegments(std::string_view path) {
-  if (path.find("//") != std::string_view::npos) return "must not contain empty segments ('//')";
-  for (size_t start = 1; start <= path.size();) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    const std::string_view segment = path.substr(start, end - start);
-    if (segment == "." || segment == "..") return "must not contain '.' or '..' segments";
-    start = end + 1;
-  }
-  return "";
-}
-
 
 // Splits "123unit" into digits and the rest.
 std::pair<std::string_view, std::string_view> SplitNumber(std::string_view text) {
@@ -302,7 +287,7 @@ std::string CheckZooKeeperHosts(std::string_view text) {
   const size_t slash = text.find('/');
   const std::string_view hosts = text.substr(0, slash);
   if (slash != std::string_view::npos) {
-    if (std::string problem = CheckZnodePath(text.substr(slash)); !problem.empty()) return "the chroot " + problem;
+    if (std::string problem = ZnodePathProblem(text.substr(slash)); !problem.empty()) return "the chroot " + problem;
   }
   if (hosts.empty()) return "no host before the chroot; " + expected;
   std::vector<std::string_view> seen;
@@ -327,21 +312,6 @@ std::string CheckZooKeeperHosts(std::string_view text) {
     seen.push_back(item);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
-  }
-  return "";
-}
-
-std::string CheckZnodePath(std::string_view text) {
-  if (text.empty() || text.front() != '/') return "must be an absolute znode path (start with '/')";
-  if (text == "/") return "must name a znode below the root '/'";
-  if (text.back() == '/') return "must not end with '/'";
-  for (char c : text) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) return "must not contain control characters";
-  }
-  if (std::string problem = CheckPathSegments(text); !problem.empty()) return problem;
-  if (text == "/zookeeper" || text.starts_with("/zookeeper/")) {
-    return "must not be under /zookeeper (ZooKeeper's own znodes)";
   }
   return "";
 }
@@ -405,7 +375,7 @@ std::string CheckPrefix(std::string_view text) {
   if (text.size() > 1 && text.back() == '/') {
     return "must not end with '/' (/orders already matches /orders and /orders/...)";
   }
-  if (std::string problem = CheckPathSegments(text); !problem.empty()) return problem;
+  if (std::string problem = PathSegmentsProblem(text); !problem.empty()) return problem;
   return "";
 }
 

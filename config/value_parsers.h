@@ -42,8 +42,6 @@ std::string CheckEtcdEndpoint(std::string_view text, bool* https);
 // A ZooKeeper connect string: "host:port[,host:port...][/chroot]", each port required and each
 // host a name or IPv4 address (the C client splits host and port at the last ':').
 std::string CheckZooKeeperHosts(std::string_view text);
-// An absolute znode path: starts with '/', no trailing '/', no empty, "." or ".." segments.
-std::string CheckZnodePath(std::string_view text);
 // A route's verify lock, for any service: non-empty, no control characters, no trailing '/'
 // (the etcd holder's key is under LOCK/), and no placeholder but "{key}".
 std::string CheckLockTemplate(std::string_view text);

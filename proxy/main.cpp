@@ -119,8 +119,15 @@ int RunProxy(const std::string& config_path) {
     return kExitFailure;
   }
   auto server = std::make_unique<ProxyServer>(config, *registry, metrics, *lock_services);
+  // The lock-service clients stop while the workers' io_contexts still exist: a verification
+  // still under way ends as unavailable and posts its answer to a stopped (not a freed) worker.
+  auto stop_serving = [&] {
+    server->Stop();
+    lock_services->Stop();
+  };
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
+    stop_serving();
     return kExitFailure;
   }
   // The routes' keyed fences now hold the replayed keys in their own tables, and the replay's
@@ -135,7 +142,7 @@ int RunProxy(const std::string& config_path) {
       lock_services.get());
   if (Status s = admin->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
-    server->Stop();
+    stop_serving();
     return kExitFailure;
   }
   LogInfo("fencing-proxy started", {{"version", Version()},
@@ -165,8 +172,7 @@ int RunProxy(const std::string& config_path) {
   if (!server->WaitDrained(config->timeouts.shutdown)) {
     LogWarn("shutdown timeout reached with connections still open", {{"connections", server->connections()}});
   }
-  server->Stop();
-  lock_services->Stop();  // a verification still under way ends as unavailable, on a stopped worker
+  stop_serving();
   admin->Stop();
   registry->StopSweeper();  // it submits forget records: not to a writer that is gone
   writer.reset();  // completes the raises already submitted; no I/O thread runs to submit more

@@ -17,9 +17,12 @@ build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 artifacts=${FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}
 
 # libFuzzer is clang's: the whole tree is built with it there (the Debian libraries built with
-# gcc link fine, both use libstdc++). Tests are not needed in this dir.
-cmake -S . -B "$build_dir" -DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++-14}" -DFP_FUZZ=ON \
-  -DFP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# gcc link fine, both use libstdc++). Tests are not needed in this dir. A dir already configured
+# with FP_FUZZ=ON (scripts/test.sh points FUZZ_BUILD_DIR at its ASan build) is only built.
+if ! grep -qs '^FP_FUZZ:BOOL=ON$' "$build_dir/CMakeCache.txt"; then
+  cmake -S . -B "$build_dir" -DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++-14}" -DFP_FUZZ=ON \
+    -DFP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
 cmake --build "$build_dir" -j"$(nproc)" --target fuzz_all
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/fp-fuzz.XXXXXX")

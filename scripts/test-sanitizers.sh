@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers, as CI runs it:
 #   address  ASan+UBSan build in build-asan: the WHOLE suite, unit (ctest) and integration (the
-#            integration tests start the sanitized binary)
+#            integration tests start the sanitized binary, two modules at a time); with
+#            FP_ASAN_WITH_FUZZ=1 also the libFuzzer targets (clang)
 #   thread   TSan build in build-tsan: the concurrency tests (fence_test and fence_keys_test;
 #            state_test, state_compaction_test, state_fault_test and state_keys_test, which drive
 #            the StateWriter and compactor threads; zookeeper_client_test, the ZooKeeper client's
@@ -58,17 +59,37 @@ EOF
   echo "$wrapper"
 }
 
-# Runs integration test modules (default: every tests/integration/test_*.py) against the wrapper.
+# Runs integration test modules (default: every tests/integration/test_*.py) against the wrapper,
+# INTEGRATION_JOBS (default: the number of cores) at a time, as ctest runs them against the plain
+# binary; each module's output is printed whole once it ends.
 run_integration() {  # build-dir sanitizer module...
-  local dir=$1 shim=$1/tests/fault/libfp_drop_unsynced.so wrapper failed=0
+  local dir=$1 shim=$1/tests/fault/libfp_drop_unsynced.so wrapper failed=0 module
   wrapper=$(make_wrapper "$dir/proxy/fencing-proxy" "$2")
   shift 2
   [ -f "$shim" ] || shim=""
+  local logs=$report_dir/integration-logs
+  mkdir -p "$logs"
+  local -a running=()
+  report() {  # module: prints its log, says whether it failed
+    echo "=== integration.$1"
+    cat "$logs/$1.log"
+    [ "$(cat "$logs/$1.rc")" = 0 ]
+  }
   for module in "$@"; do
-    echo "=== integration.$module"
     (cd tests/integration && FP_BINARY="$wrapper" FP_SOURCE_DIR="$source_dir" FP_FAULT_SHIM="$shim" \
-      timeout 600 "$python" -m unittest -v "$module") || failed=1
+      timeout 600 "$python" -m unittest -v "$module" >"$logs/$module.log" 2>&1; echo $? >"$logs/$module.rc") &
+    running+=("$module")
+    if [ ${#running[@]} -ge "${INTEGRATION_JOBS:-$jobs}" ]; then
+      wait -n || true
+      local -a still=()
+      for m in "${running[@]}"; do
+        if [ -f "$logs/$m.rc" ]; then report "$m" || failed=1; else still+=("$m"); fi
+      done
+      running=("${still[@]}")
+    fi
   done
+  wait
+  for m in "${running[@]}"; do report "$m" || failed=1; done
   return $failed
 }
 
@@ -89,9 +110,10 @@ check_proxy_reports() {
 }
 
 configure() {  # dir sanitizer [cmake options]
-  # RelWithDebInfo: -O2 keeps the suite's timing close to the real build; line tables (-g1, see
-  # CMakeLists.txt) give the reports their line numbers.
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFP_SANITIZE="$2" "${@:3}" >/dev/null
+  # RelWithDebInfo at -O1, as the sanitizers' own docs advise: a fifth less compile time than
+  # -O2 and reports as precise; line tables (-g1, see CMakeLists.txt) give them line numbers.
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
+    -DFP_SANITIZE="$2" "${@:3}" >/dev/null
 }
 
 all_integration=()
@@ -103,7 +125,12 @@ for mode in "${modes[@]}"; do
   case "$mode" in
     address)
       dir=$build_root/build-asan
-      configure "$dir" address  # the one build of the unit tests in a full run
+      # The one build of the unit tests in a full run. FP_ASAN_WITH_FUZZ=1 (scripts/test.sh):
+      # built with clang and libFuzzer's coverage too, so this tree also holds the fuzz targets
+      # (scripts/fuzz.sh runs them from it: FUZZ_BUILD_DIR) instead of a third build of it all.
+      fuzz_args=()
+      [ "${FP_ASAN_WITH_FUZZ:-0}" = 1 ] && fuzz_args=(-DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++-14}" -DFP_FUZZ=ON)
+      configure "$dir" address "${fuzz_args[@]}"
       cmake --build "$dir" -j"$jobs"
       built=$SECONDS
       # shellcheck disable=SC2086  # CTEST_ARGS is a list of words

@@ -30,7 +30,8 @@ FP_BINARY="$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy" deploy/validate
 # them); fails on any non-2xx or socket error, never on speed.
 bench/run.sh --smoke --binary "$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy"
 
-# Sanitizers: the whole suite under ASan+UBSan, the concurrency tests under TSan.
-scripts/test-sanitizers.sh address thread
+# Sanitizers: the whole suite under ASan+UBSan (a clang build that also holds the fuzz targets),
+# the concurrency tests under TSan.
+FP_ASAN_WITH_FUZZ=1 scripts/test-sanitizers.sh address thread
 # Fuzzing smoke: each libFuzzer target for a few seconds from its checked-in corpus.
-scripts/fuzz.sh "${FP_FUZZ_SECONDS:-10}"
+FUZZ_BUILD_DIR="${BUILD_ROOT:-.}/build-asan" scripts/fuzz.sh "${FP_FUZZ_SECONDS:-10}"

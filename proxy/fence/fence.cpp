@@ -68,11 +68,6 @@ AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
   return {Admission::kAdmitted, effective_max};
 }
 
-bool Fence::IsRaise(uint64_t token) const {
-  std::lock_guard lock(mu_);
-  return token > max_token_ && token > pending_;
-}
-
 void Fence::Release() {
   uint64_t to_persist = 0;
   {

@@ -34,7 +34,10 @@ enum class Admission {
 
 struct AdmitResult {
   Admission admission;
-  uint64_t max_token;  // the max a stale token lost to (durable max, or the pending raise)
+  // The effective max: the durable max, or the pending raise if there is one. A stale token lost
+  // to it; from Check and AdmitWithoutWaiting, a token above it is a new raise (the one a
+  // verified route confirms with its lock service first) and one equal to it is not.
+  uint64_t max_token;
 };
 
 // A request waiting for a raise. Resolve is called exactly once, on any thread, with no fence
@@ -86,9 +89,6 @@ class Fence {
   // or raise. Changes nothing and holds nothing: a request whose body is still to be read is
   // refused on its head this way, and admitted (Admit) only once its body is in.
   AdmitResult Check(uint64_t token, uint64_t max_jump = 0) const;
-  // True if Admit would make token a new pending raise: above the max and above any pending
-  // raise (joining a pending raise is not one). A verified route asks its lock service first.
-  bool IsRaise(uint64_t token) const;
   void Release();                             // one admitted write has completed or was aborted
   void OnPersisted(uint64_t token, bool ok);  // from the persister
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now

@@ -133,7 +133,8 @@ class FenceKeys : private FencePersister {
   // only whether an unknown key is worth creating.
   KeyLookup Acquire(std::string_view key, uint64_t token);
 
-  // Read-only (admin): the key's snapshot, or nullopt for a key the fence does not hold.
+  // Read-only (admin; a verified route asking whether a key is new): the key's snapshot, or
+  // nullopt for a key the fence does not hold.
   std::optional<FenceSnapshot> Find(std::string_view key) const;
   KeyedFenceSnapshot Snapshot() const;
   uint64_t floor() const { return floor_.load(std::memory_order_acquire); }

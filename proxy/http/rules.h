@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace fencing {
@@ -61,5 +62,14 @@ bool IsValidFenceKey(std::string_view key);
 // The deepest fence_key path_segment a route file may name: deeper is a misconfiguration, and the
 // bound keeps the segment walk short.
 inline constexpr unsigned kMaxFenceKeySegment = 64;
+
+// A '/'-separated path's segments after its leading '/': "" when none is empty, "." or "..",
+// else why ("must not ..."). Route prefixes and znode paths share it: a backend or ZooKeeper
+// would read such a path as another one, or refuse it.
+std::string PathSegmentsProblem(std::string_view path);
+// "" for an absolute znode path a lock may have (below the root, no trailing '/', no control
+// characters, PathSegmentsProblem's segments, not under /zookeeper), else why. The route file
+// checks a verify lock's template with it, the ZooKeeper client each lock it is asked about.
+std::string ZnodePathProblem(std::string_view path);
 
 }  // namespace fencing

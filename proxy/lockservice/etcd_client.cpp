@@ -1,5 +1,7 @@
 #include "lockservice/etcd_client.h"
 
+#include "lockservice/lock_service.h"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -232,7 +234,6 @@ std::string Describe(const beast::error_code& ec) {
   return ec.message();
 }
 
-std::string Millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 // etcd's error answer through the gateway: {"error": "...", "code": N, "message": "..."}.
 void ReadStatus(const std::string& body, std::string* message, int* code) {
@@ -395,7 +396,7 @@ class EtcdClient::Impl {
   void TimedOut(const CallPtr& call) {
     if (call->finished) return;
     if (auto c = call->current.lock()) c->Close();  // ends the coroutine's wait; it then sees finished
-    std::string error = "timed out after " + Millis(timeout_);
+    std::string error = "timed out after " + MillisecondsText(timeout_);
     if (!call->failures.empty()) error += " (" + JoinFailures(*call) + ")";
     Finish(call, EtcdResult{{}, std::move(error), -1});
   }
@@ -471,7 +472,7 @@ class EtcdClient::Impl {
       call->failures.push_back(endpoints_[index].text + ": " + a.failure);
     }
     std::string error = JoinFailures(*call);
-    if (Clock::now() >= call->deadline) error = "timed out after " + Millis(timeout_) + " (" + error + ")";
+    if (Clock::now() >= call->deadline) error = "timed out after " + MillisecondsText(timeout_) + " (" + error + ")";
     co_return EtcdResult{{}, error.empty() ? "no etcd endpoint answered" : error, -1};
   }
 

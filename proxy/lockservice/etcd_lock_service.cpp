@@ -8,13 +8,6 @@ namespace json = boost::json;
 
 namespace {
 
-HolderAnswer Unavailable(std::string error) {
-  HolderAnswer a;
-  a.status = HolderAnswer::Status::kUnavailable;
-  a.error = std::move(error);
-  return a;
-}
-
 std::string Prefix(std::string_view lock) { return std::string(lock) + "/"; }
 
 }  // namespace
@@ -44,7 +37,7 @@ json::object EtcdLockService::HolderRequest(std::string_view lock) {
 
 HolderAnswer EtcdLockService::HolderFromRange(std::string_view lock, const EtcdResult& result) {
   std::string where = "etcd range over " + Prefix(lock) + ": ";
-  if (!result.ok()) return Unavailable(where + result.error);
+  if (!result.ok()) return HolderAnswer::Unavailable(where + result.error);
   const json::value* kvs = result.response.if_contains("kvs");
   if (kvs == nullptr || (kvs->is_array() && kvs->get_array().empty())) {
     HolderAnswer free;
@@ -52,20 +45,20 @@ HolderAnswer EtcdLockService::HolderFromRange(std::string_view lock, const EtcdR
     return free;
   }
   if (!kvs->is_array() || !kvs->get_array().front().is_object()) {
-    return Unavailable(where + "\"kvs\" is not an array of objects");
+    return HolderAnswer::Unavailable(where + "\"kvs\" is not an array of objects");
   }
   const json::object& kv = kvs->get_array().front().get_object();
   const json::value* key = kv.if_contains("key");
   std::string name;
   if (key == nullptr || !key->is_string() || !etcd::Base64Decode(key->get_string(), &name)) {
-    return Unavailable(where + "the holder's key is missing or not base64");
+    return HolderAnswer::Unavailable(where + "the holder's key is missing or not base64");
   }
   // The range asked for keys under the prefix only; anything else is a broken answer.
-  if (!name.starts_with(Prefix(lock))) return Unavailable(where + "etcd answered with key " + name + ", outside the lock");
+  if (!name.starts_with(Prefix(lock))) return HolderAnswer::Unavailable(where + "etcd answered with key " + name + ", outside the lock");
   int64_t revision = 0;
   std::string error;
-  if (!etcd::ReadInt64(kv, "create_revision", &revision, &error)) return Unavailable(where + error);
-  if (revision <= 0) return Unavailable(where + "the holder " + name + " has no create revision");
+  if (!etcd::ReadInt64(kv, "create_revision", &revision, &error)) return HolderAnswer::Unavailable(where + error);
+  if (revision <= 0) return HolderAnswer::Unavailable(where + "the holder " + name + " has no create revision");
   HolderAnswer held;
   held.status = HolderAnswer::Status::kHeld;
   held.token = uint64_t(revision);

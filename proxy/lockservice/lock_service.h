@@ -22,6 +22,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace fencing {
 
@@ -30,8 +31,17 @@ struct HolderAnswer {
   Status status = Status::kUnavailable;
   uint64_t token = 0;  // kHeld: the holder's number
   std::string holder;  // kHeld: the holder's key or znode, for the log; kFree: why, if no such lock can exist
-  std::string error;   // kUnavailable: why, for the log, the problem detail and /fences
+  std::string error;   // kUnavailable: why, for the log and /fences
+
+  static HolderAnswer Unavailable(std::string why) {
+    HolderAnswer answer;
+    answer.error = std::move(why);
+    return answer;
+  }
 };
+
+// "250ms": how the clients' errors write a duration.
+inline std::string MillisecondsText(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 class LockService {
  public:
@@ -44,8 +54,9 @@ class LockService {
   // about the service's timeout after the call (then kUnavailable, "timed out after ...").
   virtual void FindHolder(std::string_view lock, Done done) = 0;
 
-  // Ends the client: calls still pending complete with kUnavailable; FindHolder is not called
-  // after Stop. Stop may be called more than once; the destructor stops too.
+  // Ends the client: calls still pending complete with kUnavailable. FindHolder should not be
+  // called after Stop; if it is, done may run at once, inside it. Stop may be called more than
+  // once; the destructor stops too.
   virtual void Stop() = 0;
 };
 

@@ -1,10 +1,14 @@
 #include "lockservice/lock_services.h"
 
+#include "common/log.h"
+
 #include <chrono>
 
 namespace fencing {
 
 namespace {
+
+constexpr double kErrorLogInterval = 10.0;  // seconds
 
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -26,6 +30,7 @@ Verification Judge(const HolderAnswer& answer, uint64_t token) {
       return v;
     case HolderAnswer::Status::kFree:
       v.verdict = Verdict::kNoHolder;
+      v.holder = answer.holder;  // why nobody can hold it, when the lock cannot exist
       return v;
     case HolderAnswer::Status::kUnavailable:
       v.verdict = Verdict::kUnavailable;
@@ -41,20 +46,34 @@ LockServiceEntry::LockServiceEntry(const LockServiceConfig& config, std::unique_
 
 void LockServiceEntry::Record(const Verification& verification, double seconds) {
   if (observer_) observer_->Answered(verification.verdict, seconds);
-  std::lock_guard lock(mu_);
-  switch (verification.verdict) {
-    case Verdict::kVerified:
-      ++verified_;
-      break;
-    case Verdict::kNotHolder:
-    case Verdict::kNoHolder:
-      ++rejected_;
-      break;
-    case Verdict::kUnavailable:
-      ++unavailable_;
-      last_error_ = verification.error;
-      last_error_at_ = SteadySeconds();
-      break;
+  bool log = false;
+  uint64_t unavailable = 0;
+  {
+    std::lock_guard lock(mu_);
+    switch (verification.verdict) {
+      case Verdict::kVerified:
+        ++verified_;
+        break;
+      case Verdict::kNotHolder:
+      case Verdict::kNoHolder:
+        ++rejected_;
+        break;
+      case Verdict::kUnavailable: {
+        unavailable = ++unavailable_;
+        const double now = SteadySeconds();
+        // One line when the service starts failing or its error changes, then one per
+        // interval: an outage under load must not flood the log.
+        log = verification.error != last_error_ || now - last_logged_at_ >= kErrorLogInterval;
+        if (log) last_logged_at_ = now;
+        last_error_ = verification.error;
+        last_error_at_ = now;
+        break;
+      }
+    }
+  }
+  if (log) {  // not under mu_: a slow log pipe must not hold up the other workers' verdicts
+    LogWarn("lock service could not be asked; raises on its routes get 503",
+            {{"lock_service", config_.name}, {"error", verification.error}, {"unavailable", unavailable}});
   }
 }
 

@@ -27,7 +27,8 @@ enum class Verdict { kVerified, kNotHolder, kNoHolder, kUnavailable };
 struct Verification {
   Verdict verdict = Verdict::kUnavailable;
   uint64_t holder_token = 0;  // kNotHolder: the holder's number
-  std::string holder;         // kVerified, kNotHolder: the holder's key or znode
+  std::string holder;         // kVerified, kNotHolder: the holder's key or znode; kNoHolder: why, if
+                              // no such lock can exist
   std::string error;          // kUnavailable: why
 };
 
@@ -73,6 +74,7 @@ class LockServiceEntry {
   mutable std::mutex mu_;
   std::string last_error_;
   double last_error_at_ = 0;  // steady clock, seconds
+  double last_logged_at_ = -1e9;
   uint64_t verified_ = 0, rejected_ = 0, unavailable_ = 0;
 };
 
@@ -92,7 +94,8 @@ class LockServiceSet {
 
   LockServiceEntry* Find(std::string_view name);
   std::vector<LockServiceEntry::Status> Statuses() const;
-  // Ends every client (pending verifications complete as unavailable).
+  // Ends every client (pending verifications complete as unavailable). Call it before the
+  // workers' io_contexts are destroyed: an answer still under way is posted to its worker.
   void Stop();
 
  private:

@@ -13,6 +13,8 @@ namespace asio = boost::asio;
 
 namespace {
 
+constexpr std::chrono::milliseconds kBackstopGrace{200};
+
 // Lives until both the client's answer and the coroutine are done with it: an answer that comes
 // after the timeout finds it and changes nothing.
 struct PendingVerification {
@@ -28,7 +30,9 @@ io::Awaitable<Verification> VerifyRaise(LockServiceEntry& service, std::string l
   const auto started = std::chrono::steady_clock::now();
   const std::chrono::milliseconds timeout = service.config().timeout();
   auto pending = std::make_shared<PendingVerification>(co_await asio::this_coro::executor);
-  pending->timer.expires_after(timeout);
+  // The client's own deadline is `timeout` and its answer says why (not connected, which
+  // endpoint failed how); this timer is only the promise's backstop, a little later.
+  pending->timer.expires_after(timeout + kBackstopGrace);
   service.client().FindHolder(lock, [pending](HolderAnswer answer) {
     // On a thread of the client: hand the answer to the worker.
     asio::post(pending->timer.get_executor(), [pending, answer = std::move(answer)]() mutable {
@@ -45,7 +49,7 @@ io::Awaitable<Verification> VerifyRaise(LockServiceEntry& service, std::string l
     pending->answered = true;
     pending->answer.status = HolderAnswer::Status::kUnavailable;
     pending->answer.error = "no answer from lock service '" + service.name() + "' within " +
-                            std::to_string(timeout.count()) + "ms";
+                            MillisecondsText(timeout + kBackstopGrace);
   }
   Verification verification = Judge(pending->answer, token);
   service.Record(verification, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

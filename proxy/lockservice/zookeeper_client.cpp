@@ -1,5 +1,7 @@
 #include "lockservice/zookeeper_client.h"
 
+#include "http/rules.h"
+
 #include "common/log.h"
 
 #include <zookeeper/zookeeper.h>
@@ -44,23 +46,6 @@ std::optional<std::string> LowestSequentialChild(const std::vector<std::string>&
   return *best;
 }
 
-bool IsZnodePath(std::string_view path) {
-  if (path.empty() || path.front() != '/') return false;
-  if (path == "/") return true;
-  if (path.back() == '/') return false;
-  size_t start = 1;
-  while (start <= path.size()) {
-    size_t end = std::min(path.find('/', start), path.size());
-    std::string_view part = path.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    for (char c : part) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-    }
-    start = end + 1;
-  }
-  return true;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -95,17 +80,9 @@ bool WaitsForConnection(int rc) {
          rc == ZSESSIONMOVED || rc == ZCLOSING || rc == ZINVALIDSTATE;
 }
 
-std::string Milliseconds(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + "ms"; }
 
 std::string ChildPath(const std::string& lock, const std::string& child) {
   return lock == "/" ? "/" + child : lock + "/" + child;
-}
-
-HolderAnswer Unavailable(std::string error) {
-  HolderAnswer answer;
-  answer.status = HolderAnswer::Status::kUnavailable;
-  answer.error = std::move(error);
-  return answer;
 }
 
 // The C client's own log lines, at its warning level and above, become debug lines of ours:
@@ -171,17 +148,17 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       // The interface says FindHolder is not called after Stop; if it is, there is no thread
       // of ours left to answer on, so the answer comes at once.
       lock.unlock();
-      call->done(Unavailable("the ZooKeeper client for lock service " + name_ + " is stopped"));
+      call->done(HolderAnswer::Unavailable("the ZooKeeper client for lock service " + name_ + " is stopped"));
       return;
     }
     call->id = next_id_++;
-    if (!IsZnodePath(call->lock)) {
+    if (!ZnodePathProblem(call->lock).empty()) {
       // A lock that names no znode (the route file checks its template, so a fence key such as
       // ".." made it): no znode can exist there, so nobody holds it (409, not a 503 that asks
       // for a retry that cannot help). Answered by the timer (never inside FindHolder), never sent.
       HolderAnswer nobody;
       nobody.status = HolderAnswer::Status::kFree;
-      nobody.holder = "not a ZooKeeper path: \"" + call->lock + "\"";
+      nobody.holder = "not a ZooKeeper path: \"" + call->lock + "\" " + ZnodePathProblem(call->lock);
       deferred_.push_back(Ready{std::move(call->done), std::move(nobody)});
       cv_.notify_one();
       return;
@@ -209,7 +186,7 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       while (!pending_.empty()) {
         std::shared_ptr<ZkCall> call = pending_.begin()->second;
         ready.push_back(FinishLocked(
-            call, Unavailable("the ZooKeeper client for lock service " + name_ + " stopped")));
+            call, HolderAnswer::Unavailable("the ZooKeeper client for lock service " + name_ + " stopped")));
       }
       zh = std::exchange(zh_, nullptr);
       cv_.notify_all();
@@ -335,20 +312,20 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       ParkLocked(call, true);
       return std::nullopt;
     }
-    return FinishLocked(call, Unavailable("ZooKeeper " + what));
+    return FinishLocked(call, HolderAnswer::Unavailable("ZooKeeper " + what));
   }
 
   HolderAnswer TimedOutLocked(const ZkCall& call) const {
     std::string error;
     if (call.parked) {
       error = "not connected to ZooKeeper hosts " + config_.hosts + " within " +
-              Milliseconds(config_.timeout);
+              MillisecondsText(config_.timeout);
     } else {
-      error = "timed out after " + Milliseconds(config_.timeout) + " waiting for ZooKeeper hosts " +
+      error = "timed out after " + MillisecondsText(config_.timeout) + " waiting for ZooKeeper hosts " +
               config_.hosts + " to answer " + DescribeLocked(call);
     }
     if (!call.last_error.empty()) error += " (last error: " + call.last_error + ")";
-    return Unavailable(std::move(error));
+    return HolderAnswer::Unavailable(std::move(error));
   }
 
   std::vector<Ready> StartParkedLocked() {
@@ -439,7 +416,7 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
         // The holder let go between the listing and this read: whoever is lowest now holds.
         if (call->listings >= kMaxListings) {
           ready = self.FinishLocked(
-              call, Unavailable("the holder of ZooKeeper lock " + call->lock + " changed " +
+              call, HolderAnswer::Unavailable("the holder of ZooKeeper lock " + call->lock + " changed " +
                                 std::to_string(call->listings) + " times while it was read"));
         } else {
           ready = self.SendLocked(call, ZkCall::Step::kChildren);

@@ -40,9 +40,6 @@ std::optional<uint64_t> SequenceSuffix(std::string_view child_name);
 // names sort by that prefix, not by when the contender queued.
 std::optional<std::string> LowestSequentialChild(const std::vector<std::string>& children);
 
-// Whether path is a znode path the C client accepts: "/" or "/a/b" (no empty, "." or ".."
-// component, no trailing '/', no control character). FindHolder answers kUnavailable for others.
-bool IsZnodePath(std::string_view path);
 
 class ZooKeeperLockService final : public LockService {
  public:

@@ -295,6 +295,12 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
   }
 }
 
+bool NeedsVerification(const RequestPlan& plan, const AdmitResult& result) {
+  return plan.route && plan.route->verifier &&
+         (result.admission == Admission::kAdmitted || result.admission == Admission::kWaiting) &&
+         plan.token > result.max_token;
+}
+
 void ApplyVerification(RequestPlan& plan, const Verification& verification, std::string_view service,
                        std::string_view lock) {
   if (verification.verdict == Verdict::kVerified) return;
@@ -303,7 +309,7 @@ void ApplyVerification(RequestPlan& plan, const Verification& verification, std:
   // holder), and the holder's number is not told to a client that could then send it.
   plan.problem.max_token.reset();
   plan.problem.lock_service = service;
-  const std::string lock_text = "'" + std::string(lock) + "'";
+  const std::string in_service = " in lock service '" + std::string(service) + "'";
   switch (verification.verdict) {
     case Verdict::kVerified:
       return;
@@ -314,21 +320,22 @@ void ApplyVerification(RequestPlan& plan, const Verification& verification, std:
         return;
       }
       RejectWith(plan, Outcome::kRejectedUnverified, ProblemType::kTokenNotVerified,
-                 verification.verdict == Verdict::kNoHolder
-                     ? "token " + std::to_string(plan.token) + " would raise the fence, but nobody holds lock " +
-                           lock_text + " in lock service '" + std::string(service) + "'"
-                     : "token " + std::to_string(plan.token) + " would raise the fence, but it is not the number of "
-                           "lock " + lock_text + "'s holder in lock service '" + std::string(service) + "'");
+                 "token " + std::to_string(plan.token) + " would raise the fence, but " +
+                     (verification.verdict == Verdict::kNoHolder
+                          ? "nobody holds lock '" + std::string(lock) + "'" + in_service +
+                                (verification.holder.empty() ? "" : " (" + verification.holder + ")")
+                          : "it is not the number of the holder of lock '" + std::string(lock) + "'" + in_service));
       return;
     case Verdict::kUnavailable:
       if (observe) {
         Forward(plan, Outcome::kObservedUnverified);
         return;
       }
+      // The reason (endpoints, socket errors) is for the operator: the log and /fences.
       RejectWith(plan, Outcome::kLockServiceUnavailable, ProblemType::kLockServiceUnavailable,
                  "token " + std::to_string(plan.token) + " would raise the fence and must be confirmed by lock "
-                     "service '" + std::string(service) + "', which did not answer: " + verification.error +
-                     " (tokens equal to the fence's max are still served)");
+                     "service '" + std::string(service) + "', which could not be asked; retry later (tokens equal "
+                     "to the fence's max are still served)");
       plan.problem.retry_after = 1;
       return;
   }

@@ -46,6 +46,10 @@ RequestPlan PlanRequest(const boost::beast::http::request_header<>& head, const 
 // would refuse). Admission::kWaiting here means the raise did not finish in time.
 void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token);
 
+// Whether the fence's answer (Check or AdmitWithoutWaiting) makes plan.token a raise its route
+// must have confirmed first: a verified route, and a token above the effective max.
+bool NeedsVerification(const RequestPlan& plan, const AdmitResult& result);
+
 // A verified route's raise: not verified -> 409 token-not-verified; the service did not answer
 // -> 503 lock-service-unavailable with Retry-After (observe mode forwards both, the max kept).
 // Verified: the plan is unchanged and the raise goes to the fence.

@@ -287,6 +287,13 @@ io::Awaitable<bool> Session::ServeOne() {
   RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
   const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
   body.Feed(buffer_, keep);
+  bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
+  // A verified keyed route makes a key only for a confirmed token: an unconfirmed client must
+  // neither fill the key table (max_keys) nor set a new key's first max.
+  if (plan.action == RequestPlan::Action::kFence && plan.route->verifier && plan.route->keys &&
+      !plan.route->keys->Find(plan.key)) {
+    verified = co_await VerifyToken(plan);
+  }
   // The fence this request asks: the route's, or its key's.
   FenceRef fence = AcquireFence(plan);
   if (plan.action == RequestPlan::Action::kReject) {  // a key the fence cannot take
@@ -297,7 +304,6 @@ io::Awaitable<bool> Session::ServeOne() {
     co_return keep_alive;
   }
   const bool fenced = plan.action == RequestPlan::Action::kFence;
-  bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
   if (!body.complete() && !body.failed()) {
     if (fenced) {
       // Refused on the head, before 100 Continue and before the body is read.
@@ -305,7 +311,7 @@ io::Awaitable<bool> Session::ServeOne() {
       AdmitResult check = fence->Check(plan.token, plan.route->config->max_token_jump);
       if (check.admission != Admission::kAdmitted && plan.route->config->mode != FenceMode::kObserve) {
         ApplyAdmission(plan, check.admission, check.max_token);
-      } else if (check.admission == Admission::kAdmitted && plan.route->verifier && fence->IsRaise(plan.token)) {
+      } else if (!verified && NeedsVerification(plan, check)) {
         verified = co_await VerifyToken(plan);  // an unconfirmed raise is refused before its body
       }
       if (plan.action == RequestPlan::Action::kReject) {
@@ -346,7 +352,7 @@ io::Awaitable<bool> Session::ServeOne() {
     Admission admission = result.admission;
     // A raise on a verified route is confirmed before it can become pending (so before it can
     // hold anyone up); joining a pending raise, which was confirmed, is not a raise.
-    if (admission == Admission::kWaiting && plan.route->verifier && !verified && fence->IsRaise(plan.token)) {
+    if (!verified && NeedsVerification(plan, result)) {
       verified = co_await VerifyToken(plan);
     }
     if (plan.action == RequestPlan::Action::kFence) {

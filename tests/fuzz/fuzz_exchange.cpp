@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "fence/fence_registry.h"
+#include "lockservice/lock_services.h"
 #include "fuzz_check.h"
 #include "server/proxy_server.h"
 #include "state/state_store.h"
@@ -355,6 +356,7 @@ struct Harness {
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<StateWriter> writer;
   FenceRegistry* registry = nullptr;  // never destroyed, like the rest
+  LockServiceSet lock_services;  // none: the fuzzed routes verify nothing
   std::unique_ptr<ProxyServer> server;
   Backend backend;
   uint16_t proxy_port = 0;
@@ -428,7 +430,8 @@ routes:
   harness->metrics = std::make_unique<Metrics>();
   harness->writer = std::make_unique<StateWriter>(*harness->store, [](double) {});
   harness->registry = new FenceRegistry(harness->store->maxima(), *harness->writer, *harness->metrics);
-  harness->server = std::make_unique<ProxyServer>(config.config, *harness->registry, *harness->metrics);
+  harness->server = std::make_unique<ProxyServer>(config.config, *harness->registry, *harness->metrics,
+                                                  harness->lock_services);
   s = harness->server->Start();
   if (!s.ok()) {
     std::fprintf(stderr, "fuzz_exchange: %s\n", s.message().c_str());

@@ -184,15 +184,14 @@ TEST_F(FenceTest, AdmitWithoutWaitingDecidesWhatNeedsNoWaitAndChangesNothingElse
   EXPECT_EQ(fence_->AdmitWithoutWaiting(7).admission, Admission::kFailed);
 }
 
-// A verified route asks its lock service exactly for these tokens (lock_services.h).
-TEST_F(FenceTest, IsRaiseOnlyAboveTheMaxAndAnyPendingRaise) {
-  EXPECT_FALSE(fence_->IsRaise(5)) << "the max itself";
-  EXPECT_FALSE(fence_->IsRaise(4)) << "stale";
-  EXPECT_TRUE(fence_->IsRaise(6));
+// A verified route asks its lock service exactly for the tokens above the effective max these
+// report (request_plan.h NeedsVerification).
+TEST_F(FenceTest, CheckAndProbeReportTheEffectiveMaxThatTellsARaise) {
+  EXPECT_EQ(fence_->Check(6).max_token, 5u);
+  EXPECT_EQ(fence_->AdmitWithoutWaiting(6).max_token, 5u);
   EXPECT_TRUE(Is(Admission::kWaiting, 8, fence_->Admit(8, w1_)));
-  EXPECT_FALSE(fence_->IsRaise(8)) << "joining the pending raise is not a new one";
-  EXPECT_FALSE(fence_->IsRaise(7)) << "below the pending raise";
-  EXPECT_TRUE(fence_->IsRaise(9));
+  EXPECT_EQ(fence_->Check(8).max_token, 8u) << "joining the pending raise is not a new one";
+  EXPECT_EQ(fence_->AdmitWithoutWaiting(9).max_token, 8u) << "above the pending raise: a new one";
   EXPECT_EQ(fence_->Snapshot().pending, 8u) << "asking changes nothing";
 }
 

@@ -120,5 +120,32 @@ TEST(RulesTest, FenceKeysAreUnreservedCharactersAndNeverPercentEncoded) {
   }
 }
 
+// One rule for route prefixes, the route file's ZooKeeper locks and each lock the ZooKeeper
+// client is asked about (a fence key such as ".." can make a template's path invalid).
+TEST(RulesTest, ZnodePathsAreAbsoluteWithPlainSegmentsBelowTheRoot) {
+  for (const char* ok : {"/locks", "/locks/objects/k-1.a_b~", "/zookeeper-locks/x"}) {
+    EXPECT_EQ(ZnodePathProblem(ok), "") << ok;
+  }
+  const std::pair<std::string, std::string_view> bad[] = {
+      {"", "start with '/'"},
+      {"locks/x", "start with '/'"},
+      {"/", "below the root"},
+      {"/locks/", "end with '/'"},
+      {"/locks//x", "empty segments"},
+      {"/locks/./x", "'.' or '..'"},
+      {"/locks/..", "'.' or '..'"},
+      {std::string("/locks/a\0b", 10), "control characters"},
+      {"/zookeeper", "/zookeeper"},
+      {"/zookeeper/quota", "/zookeeper"},
+  };
+  for (const auto& [path, why] : bad) {
+    const std::string problem = ZnodePathProblem(path);
+    EXPECT_NE(problem.find(why), std::string::npos) << "'" << path << "': " << problem;
+  }
+  EXPECT_EQ(PathSegmentsProblem("/"), "") << "the root alone has no segment to refuse";
+  EXPECT_EQ(PathSegmentsProblem("/a/b.c/..d"), "");
+  EXPECT_NE(PathSegmentsProblem("/a/../b"), "");
+}
+
 }  // namespace
 }  // namespace fencing

@@ -337,18 +337,6 @@ TEST(ZooKeeperHolderRule, LowestSuffixNotLowestName) {
   EXPECT_EQ(LowestSequentialChild({}), std::nullopt);
 }
 
-TEST(ZooKeeperHolderRule, ZnodePaths) {
-  EXPECT_TRUE(IsZnodePath("/"));
-  EXPECT_TRUE(IsZnodePath("/locks/objects/k-1.a_b~"));
-  EXPECT_FALSE(IsZnodePath(""));
-  EXPECT_FALSE(IsZnodePath("locks/x"));
-  EXPECT_FALSE(IsZnodePath("/locks/"));
-  EXPECT_FALSE(IsZnodePath("/locks//x"));
-  EXPECT_FALSE(IsZnodePath("/locks/./x"));
-  EXPECT_FALSE(IsZnodePath("/locks/.."));
-  EXPECT_FALSE(IsZnodePath(std::string("/locks/a\0b", 10)));
-}
-
 TEST(ZooKeeperHolderRule, ABadLockPathIsHeldByNobodyAndAnsweredOnTheClientsThread) {
   // No server needed: the path is refused before anything is sent.
   ZooKeeperLockService service("zk", Config("127.0.0.1:" + std::to_string(FreePort())));

@@ -847,7 +847,9 @@ TEST(ApplyVerificationTest, TurnsTheLockServicesVerdictIntoAGoAheadOrAProblem) {
   EXPECT_EQ(OutcomeName(plan.outcome), "lock_service_unavailable");
   EXPECT_EQ(static_cast<int>(plan.problem.status), 503);
   EXPECT_EQ(plan.problem.type, "lock-service-unavailable");
-  EXPECT_NE(plan.problem.detail.find("connection refused"), std::string::npos);
+  EXPECT_EQ(plan.problem.detail.find("connection refused"), std::string::npos)
+      << "the reason names the operator's infrastructure: it goes to the log and /fences";
+  EXPECT_NE(plan.problem.detail.find("main-etcd"), std::string::npos);
   EXPECT_EQ(MakeProblemResponse(plan.problem, 11, true)[http::field::retry_after], "1");
 
   // Observe mode forwards what enforce would refuse; the session then skips the fence, so the
