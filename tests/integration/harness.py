@@ -743,6 +743,18 @@ class Proxy:
             raise HarnessError("GET /metrics answered %d: %r" % (status, body[:200]))
         return parse_prometheus(body.decode("utf-8"))
 
+    def metrics_counting(self, name, at_least, timeout=5.0, **labels):
+        """The metrics once the sample name{labels} has reached at_least (or, after timeout, as
+        they are). A forwarded request is counted once its exchange with the backend has ended,
+        which can be just after its client has the whole response: a scrape made at once can
+        come a moment too early."""
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = self.metrics()
+            if (metric(samples, name, **labels) or 0) >= at_least or time.monotonic() >= deadline:
+                return samples
+            time.sleep(0.02)
+
     def cpu_seconds(self):
         """User + system CPU time the proxy process has used so far."""
         with open("/proc/%d/stat" % self.proc.pid) as f:

@@ -113,7 +113,8 @@ class FencingTest(ProxyTestCase):
                          "observe mode makes the damage visible: the stale body overwrote 5's")
         self.assert2xx(proxy.request("PUT", "/notes/b", None, b"no token"),
                        "observe mode forwards a missing token too")
-        samples = proxy.metrics()
+        samples = proxy.metrics_counting("fencing_proxy_requests_total", 1, route="notes",
+                                         outcome="observed_missing")
         self.assertEqual(metric(samples, "fencing_proxy_requests_total", route="notes",
                                 outcome="observed_stale"), 1.0,
                          'requests_total{route="notes",outcome="observed_stale"} counts it once')
@@ -213,7 +214,8 @@ class FencingTest(ProxyTestCase):
         self.assert2xx(proxy.request("PUT", "/orders/x", 11, b"x"), "token 11")
         self.assertEqual(proxy.request("PUT", "/orders/x", 10, b"x")[0], 409, "late token 10")
         self.assertEqual(proxy.request("GET", "/orders/x")[0], 200, "unfenced GET")
-        samples = proxy.metrics()
+        samples = proxy.metrics_counting("fencing_proxy_requests_total", 1, route="orders",
+                                         outcome="unfenced")
         expected = [
             ("fencing_proxy_requests_total", {"route": "orders", "outcome": "forwarded"}, 3),
             ("fencing_proxy_requests_total", {"route": "orders", "outcome": "rejected_stale"}, 1),
