@@ -15,23 +15,15 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/config_cases.h"
 #include "config/keys.h"
 
 namespace fencing {
 namespace {
 
+using namespace config_cases;  // NOLINT(google-build-using-namespace): the shared test table
+
 using std::chrono::milliseconds;
-
-// Two valid lines; the mistakes in the error table start on line 3.
-const std::string kHead =
-    "backend: http://127.0.0.1:8081\n"
-    "state_file: /var/lib/fp/fences.log\n";
-
-std::string DumpErrors(const ConfigResult& r) {
-  std::string out;
-  for (const ConfigError& e : r.errors) out += "  " + e.ToString() + "\n";
-  return out;
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -226,31 +218,9 @@ TEST(ConfigTest, BackendWithoutPortIsPort80) {
 // ---------------------------------------------------------------------------------------------
 // Mistakes: one error each, at an exact position.
 
-struct ErrorCase {
-  const char* what;
-  std::string text;
-  int line;
-  int column;
-  const char* message;  // a key part of the message
-};
-
-void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.what; }
-
 class ConfigErrorTest : public testing::TestWithParam<ErrorCase> {};
 
-TEST_P(ConfigErrorTest, ReportsOneErrorAtItsPosition) {
-  const ErrorCase& c = GetParam();
-  const ConfigResult r = ParseConfig(c.text, "routes.yaml");
-  EXPECT_FALSE(r.ok());
-  EXPECT_EQ(r.config, nullptr);
-  ASSERT_EQ(r.errors.size(), 1u) << c.what << "\n" << DumpErrors(r);
-  const ConfigError& e = r.errors[0];
-  EXPECT_EQ(e.file, "routes.yaml");
-  EXPECT_EQ(e.line, c.line) << e.ToString();
-  EXPECT_EQ(e.column, c.column) << e.ToString();
-  EXPECT_NE(e.message.find(c.message), std::string::npos)
-      << "message: " << e.message << "\nexpected to contain: " << c.message;
-}
+TEST_P(ConfigErrorTest, ReportsOneErrorAtItsPosition) { ExpectOneErrorAt(GetParam()); }
 
 const std::string kState = "state_file: s\n";  // backend cases: the backend is on line 2, col 10
 

@@ -9,22 +9,14 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/config_cases.h"
 
 namespace fencing {
 namespace {
 
+using namespace config_cases;  // NOLINT(google-build-using-namespace): the shared test table
+
 using std::chrono::milliseconds;
-
-// Two valid lines; everything below starts on line 3.
-const std::string kHead =
-    "backend: http://127.0.0.1:8081\n"
-    "state_file: /var/lib/fp/fences.log\n";
-
-std::string DumpErrors(const ConfigResult& r) {
-  std::string out;
-  for (const ConfigError& e : r.errors) out += "  " + e.ToString() + "\n";
-  return out;
-}
 
 // An etcd service e1 whose mapping's keys start on line 6, column 7.
 std::string Etcd(const std::string& body) { return kHead + "lock_services:\n  e1:\n    etcd:\n" + body; }
@@ -50,29 +42,9 @@ std::string Unkeyed(const std::string& verify) {
   return kHead + kServices + "routes:\n  - name: r\n    prefix: /r\n    verify: " + verify + "\n";
 }
 
-struct ErrorCase {
-  const char* what;
-  std::string text;
-  int line;
-  int column;
-  const char* message;  // a key part of the message
-};
-
-void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.what; }
-
 class LockServiceErrorTest : public testing::TestWithParam<ErrorCase> {};
 
-TEST_P(LockServiceErrorTest, ReportsOneErrorAtItsPosition) {
-  const ErrorCase& c = GetParam();
-  const ConfigResult r = ParseConfig(c.text, "routes.yaml");
-  EXPECT_FALSE(r.ok());
-  ASSERT_EQ(r.errors.size(), 1u) << c.what << "\n" << c.text << DumpErrors(r);
-  const ConfigError& e = r.errors[0];
-  EXPECT_EQ(e.line, c.line) << e.ToString();
-  EXPECT_EQ(e.column, c.column) << e.ToString();
-  EXPECT_NE(e.message.find(c.message), std::string::npos)
-      << "message: " << e.message << "\nexpected to contain: " << c.message;
-}
+TEST_P(LockServiceErrorTest, ReportsOneErrorAtItsPosition) { ExpectOneErrorAt(GetParam()); }
 
 const ErrorCase kServiceErrors[] = {
     {"not a mapping", kHead + "lock_services: [a]\n", 3, 16, "lock_services: expected a mapping of NAME"},
