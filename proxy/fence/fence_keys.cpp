@@ -81,7 +81,7 @@ uint32_t FenceKeys::Tick(double now) const {
   return since <= 0 ? 0 : static_cast<uint32_t>(std::min(since, 4e9));
 }
 
-KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token) {
+KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token, bool may_create) {
   const size_t hash = Hash()(key);
   Shard& shard = ShardFor(hash);
   std::lock_guard lock(shard.mu);
@@ -90,6 +90,7 @@ KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token) {
     const uint64_t floor = floor_.load(std::memory_order_acquire);
     // Unknown: a token below the floor is stale, and creates nothing.
     if (token < floor) return {FenceRef(), Admission::kStale, floor};
+    if (!may_create) return {FenceRef(), Admission::kAdmitted, floor, true};
     // Taken before the key is made, so that shards racing for the last places never pass it.
     if (count_.fetch_add(1, std::memory_order_relaxed) >= settings_.max_keys) {
       count_.fetch_sub(1, std::memory_order_relaxed);

@@ -106,6 +106,9 @@ struct KeyLookup {
   // kKeyLimit (a new key at max_keys).
   Admission refusal = Admission::kAdmitted;
   uint64_t max_token = 0;
+  // Acquire(..., may_create = false) on a key the fence does not hold: nothing was made (a
+  // verified route confirms the token first, then asks again).
+  bool unknown = false;
 };
 
 struct KeyedFenceSnapshot {
@@ -129,12 +132,11 @@ class FenceKeys : private FencePersister {
 
   const std::string& name() const { return name_; }
 
-  // The request path: the key's Fence, pinned, made if need be (table above). token decides
-  // only whether an unknown key is worth creating.
-  KeyLookup Acquire(std::string_view key, uint64_t token);
+  // The request path: the key's Fence, pinned, made if need be (table above) and may_create.
+  // token decides only whether an unknown key is worth creating.
+  KeyLookup Acquire(std::string_view key, uint64_t token, bool may_create = true);
 
-  // Read-only (admin; a verified route asking whether a key is new): the key's snapshot, or
-  // nullopt for a key the fence does not hold.
+  // Read-only (admin): the key's snapshot, or nullopt for a key the fence does not hold.
   std::optional<FenceSnapshot> Find(std::string_view key) const;
   KeyedFenceSnapshot Snapshot() const;
   uint64_t floor() const { return floor_.load(std::memory_order_acquire); }

@@ -113,12 +113,15 @@ class AdmissionGuard {
 // The fence a fenced request asks: the route's, or (keyed route) its key's, made if new and
 // pinned for the request. A key the fence cannot take (a new one at max_keys, or an unknown one
 // below the floor) is decided here like any other refusal.
-FenceRef AcquireFence(RequestPlan& plan) {
+// On a verified route a key is made only once the token is confirmed (verified): an unconfirmed
+// client must neither fill the key table (max_keys) nor set a new key's first max. Returns no
+// fence, and leaves the plan as it was, for a new key it may not make yet.
+FenceRef AcquireFence(RequestPlan& plan, bool verified) {
   if (plan.action != RequestPlan::Action::kFence) return {};
   const RouteRuntime& route = *plan.route;
   if (!route.keys) return FenceRef(route.fence);
-  KeyLookup found = route.keys->Acquire(plan.key, plan.token);
-  if (!found.fence) ApplyAdmission(plan, found.refusal, found.max_token);
+  KeyLookup found = route.keys->Acquire(plan.key, plan.token, verified || !route.verifier);
+  if (!found.fence && !found.unknown) ApplyAdmission(plan, found.refusal, found.max_token);
   return std::move(found.fence);
 }
 
@@ -288,14 +291,12 @@ io::Awaitable<bool> Session::ServeOne() {
   const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
   body.Feed(buffer_, keep);
   bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
-  // A verified keyed route makes a key only for a confirmed token: an unconfirmed client must
-  // neither fill the key table (max_keys) nor set a new key's first max.
-  if (plan.action == RequestPlan::Action::kFence && plan.route->verifier && plan.route->keys &&
-      !plan.route->keys->Find(plan.key)) {
-    verified = co_await VerifyToken(plan);
-  }
   // The fence this request asks: the route's, or its key's.
-  FenceRef fence = AcquireFence(plan);
+  FenceRef fence = AcquireFence(plan, verified);
+  if (!fence && plan.action == RequestPlan::Action::kFence) {  // a new key on a verified route
+    verified = co_await VerifyToken(plan);
+    fence = AcquireFence(plan, verified);
+  }
   if (plan.action == RequestPlan::Action::kReject) {  // a key the fence cannot take
     metrics.Count(plan.outcome);
     BodyDecoder rest = body.decoder();

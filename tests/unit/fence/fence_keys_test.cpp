@@ -195,6 +195,28 @@ TEST_F(FenceKeysTest, AnUnknownKeyStartsAtTheFloorAndABelowFloorTokenCreatesNoth
   EXPECT_TRUE(persister.records.empty());
 }
 
+// A verified route asks first without making the key; only a confirmed token makes it.
+TEST_F(FenceKeysTest, WithoutMayCreateANewKeyIsReportedUnknownAndNothingIsMade) {
+  auto keys = Make(/*floor=*/50);
+  KeyLookup ask = keys->Acquire("x", 70, /*may_create=*/false);
+  EXPECT_FALSE(ask.fence);
+  EXPECT_TRUE(ask.unknown);
+  EXPECT_EQ(ask.refusal, Admission::kAdmitted) << "not a refusal: ask the lock service";
+  EXPECT_EQ(keys->Snapshot().keys, 0u) << "no slot taken against max_keys";
+  EXPECT_FALSE(keys->Find("x").has_value());
+  KeyLookup below = keys->Acquire("x", 49, /*may_create=*/false);
+  EXPECT_FALSE(below.unknown) << "below the floor is stale whoever holds the lock";
+  EXPECT_EQ(below.refusal, Admission::kStale);
+  // Confirmed: made. A known key is pinned whatever may_create says.
+  KeyLookup made = keys->Acquire("x", 70, /*may_create=*/true);
+  ASSERT_TRUE(made.fence);
+  made.fence = FenceRef();
+  KeyLookup known = keys->Acquire("x", 70, /*may_create=*/false);
+  EXPECT_TRUE(known.fence);
+  EXPECT_FALSE(known.unknown);
+  EXPECT_EQ(keys->Snapshot().keys, 1u);
+}
+
 TEST_F(FenceKeysTest, ReplayedKeysKeepTheirMaxEvenBelowTheFloor) {
   auto keys = Make(/*floor=*/100, KeyMaxima{{"old", 40}, {"new", 120}});
   EXPECT_EQ(keys->Snapshot().keys, 2u);
