@@ -27,11 +27,9 @@ Every process it starts is stopped by PID on any exit. See bench/README.md.
 """
 
 import argparse
-import atexit
 import datetime
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -41,9 +39,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import (BenchError, Interrupted, Supervisor, find_tool, free_ports, start_nginx_backend,  # noqa: E402
+from run import (BenchError, Interrupted, finish_standalone, find_tool, supervised, free_ports, start_nginx_backend,  # noqa: E402
                  http_get, http_put, log, render, vm_status, _LABEL, _SAMPLE, LUA_DIR, REPO,
-                 RESULTS_DIR, PROC_TIMEOUT)
+                 PROC_TIMEOUT)
 
 SIDE_TOKEN = 1000
 HEADER_BYTES = 16        # the state file's header (proxy/state/FORMAT.md)
@@ -464,13 +462,7 @@ def main(argv):
     for tool in ("nginx", "wrk"):
         if not find_tool(tool):
             raise BenchError("%s not installed (bench/run.sh installs it)" % tool)
-    sup = Supervisor()
-    atexit.register(sup.stop_all)
-
-    def on_signal(signum, _frame):
-        raise Interrupted(signal.Signals(signum).name)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    sup = supervised()
     workdir = tempfile.mkdtemp(prefix="fp-keys-")
     os.chmod(workdir, 0o755)
     started = time.monotonic()
@@ -487,20 +479,7 @@ def main(argv):
         log("ERROR " + failure)
     finally:
         sup.stop_all()
-    env["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    env["elapsed_s"] = round(time.monotonic() - started, 1)
-    out = args.json or os.path.join(RESULTS_DIR, "%s-keys.json" % env["date"].replace(":", "").replace("-", ""))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"environment": env, "args": vars(args), "failure": failure,
-                   "results": bench.results}, f, indent=1)
-    log("elapsed %.0f s; load average at end %s; wrote %s"
-        % (env["elapsed_s"], env["load_average_end"], os.path.relpath(out)))
-    if args.keep_workdir or failure:
-        log("workdir kept: %s" % workdir)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failure else 0
+    return finish_standalone("keys", args, env, started, failure, {"results": bench.results}, workdir)
 
 
 if __name__ == "__main__":

@@ -285,6 +285,41 @@ def wait_ready(proc, port, path, what, log_path, timeout=PROC_TIMEOUT):
                      % (what, port, proc.poll(), last, tail))
 
 
+def supervised():
+    """A Supervisor whose processes are stopped at exit, with SIGINT, SIGTERM and SIGHUP turned
+    into Interrupted (so a run's finally blocks stop what it started)."""
+    sup = Supervisor()
+    atexit.register(sup.stop_all)
+
+    def on_signal(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    return sup
+
+
+def finish_standalone(kind, args, env, started, failure, results, workdir, markdown=None):
+    """The end of a standalone benchmark (keys.py, verify.py): the environment's end, the JSON
+    (args.json, or bench/results/DATE-KIND.json) and its Markdown beside it, the workdir removed
+    unless kept or failed. -> the exit code."""
+    env["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    env["elapsed_s"] = round(time.monotonic() - started, 1)
+    out = args.json or os.path.join(RESULTS_DIR, "%s-%s.json"
+                                    % (env["date"].replace(":", "").replace("-", ""), kind))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(dict({"environment": env, "args": vars(args), "failure": failure}, **results), f, indent=1)
+    if markdown:
+        with open(out[:-len(".json")] + ".md" if out.endswith(".json") else out + ".md", "w") as f:
+            f.write(markdown + "\n")
+    log("elapsed %.0f s; load average at end %s; wrote %s"
+        % (env["elapsed_s"], env["load_average_end"], os.path.relpath(out)))
+    if args.keep_workdir or failure:
+        log("workdir kept: %s" % workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failure else 0
+
 def start_nginx_backend(sup, workdir, cpu=None):
     """The benchmarks' backend: nginx answering 200 to everything (configs/nginx-backend.conf)
     on a free port, its master and workers registered with sup. -> (process, port)"""
@@ -1123,13 +1158,7 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     started = time.monotonic()
-    sup = Supervisor()
-    atexit.register(sup.stop_all)
-
-    def on_signal(signum, _frame):
-        raise Interrupted(signal.Signals(signum).name)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    sup = supervised()
 
     if "fencing-proxy" in args.targets and not os.access(args.binary, os.X_OK):
         raise BenchError("fencing-proxy binary not found at %s (build it, or pass --binary)"

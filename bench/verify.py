@@ -34,13 +34,11 @@ p50). Every process it starts is stopped by PID on any exit. See bench/README.md
 """
 
 import argparse
-import atexit
 import datetime
 import hashlib
 import http.client
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -51,8 +49,8 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import (BenchError, Interrupted, Supervisor, find_tool, free_ports, start_nginx_backend,  # noqa: E402
-                 http_get, log, _LABEL, _SAMPLE, REPO, RESULTS_DIR, PROC_TIMEOUT)
+from run import (BenchError, Interrupted, finish_standalone, find_tool, supervised, free_ports, start_nginx_backend,  # noqa: E402
+                 http_get, log, _LABEL, _SAMPLE, REPO, PROC_TIMEOUT)
 
 # The lock services are started by the integration tests' own code.
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -432,13 +430,7 @@ def main(argv):
                            (lockservices.missing_zookeeper() if "zk" in args.routes else None)) if m]
     if missing:
         raise BenchError("; ".join(missing))
-    sup = Supervisor()
-    atexit.register(sup.stop_all)
-
-    def on_signal(signum, _frame):
-        raise Interrupted(signal.Signals(signum).name)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    sup = supervised()
     workdir = tempfile.mkdtemp(prefix="fp-verify-")
     os.chmod(workdir, 0o755)
     started = time.monotonic()
@@ -471,25 +463,8 @@ def main(argv):
         for s in bench.servers:
             s.stop()
         sup.stop_all()
-    env["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    env["elapsed_s"] = round(time.monotonic() - started, 1)
-    out = args.json or os.path.join(RESULTS_DIR, "%s-verify.json"
-                                    % env["date"].replace(":", "").replace("-", ""))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"environment": env, "args": vars(args), "failure": failure, "runs": runs,
-                   "median_run": median_run(runs)["run"] if runs else None, "markdown": report},
-                  f, indent=1)
-    if report:
-        with open(out[:-len(".json")] + ".md" if out.endswith(".json") else out + ".md", "w") as f:
-            f.write(report + "\n")
-    log("elapsed %.0f s; load average at end %s; wrote %s"
-        % (env["elapsed_s"], env["load_average_end"], os.path.relpath(out)))
-    if args.keep_workdir or failure:
-        log("workdir kept: %s" % workdir)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failure else 0
+    results = {"runs": runs, "median_run": median_run(runs)["run"] if runs else None, "markdown": report}
+    return finish_standalone("verify", args, env, started, failure, results, workdir, markdown=report)
 
 
 if __name__ == "__main__":

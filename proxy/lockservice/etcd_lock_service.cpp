@@ -39,11 +39,7 @@ HolderAnswer EtcdLockService::HolderFromRange(std::string_view lock, const EtcdR
   std::string where = "etcd range over " + Prefix(lock) + ": ";
   if (!result.ok()) return HolderAnswer::Unavailable(where + result.error);
   const json::value* kvs = result.response.if_contains("kvs");
-  if (kvs == nullptr || (kvs->is_array() && kvs->get_array().empty())) {
-    HolderAnswer free;
-    free.status = HolderAnswer::Status::kFree;
-    return free;
-  }
+  if (kvs == nullptr || (kvs->is_array() && kvs->get_array().empty())) return HolderAnswer::Free();
   if (!kvs->is_array() || !kvs->get_array().front().is_object()) {
     return HolderAnswer::Unavailable(where + "\"kvs\" is not an array of objects");
   }

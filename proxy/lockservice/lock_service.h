@@ -33,6 +33,12 @@ struct HolderAnswer {
   std::string holder;  // kHeld: the holder's key or znode, for the log; kFree: why, if no such lock can exist
   std::string error;   // kUnavailable: why, for the log and /fences
 
+  static HolderAnswer Free(std::string why = "") {
+    HolderAnswer answer;
+    answer.status = Status::kFree;
+    answer.holder = std::move(why);
+    return answer;
+  }
   static HolderAnswer Unavailable(std::string why) {
     HolderAnswer answer;
     answer.error = std::move(why);

@@ -156,10 +156,9 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
       // A lock that names no znode (the route file checks its template, so a fence key such as
       // ".." made it): no znode can exist there, so nobody holds it (409, not a 503 that asks
       // for a retry that cannot help). Answered by the timer (never inside FindHolder), never sent.
-      HolderAnswer nobody;
-      nobody.status = HolderAnswer::Status::kFree;
-      nobody.holder = "not a ZooKeeper path: \"" + call->lock + "\" " + ZnodePathProblem(call->lock);
-      deferred_.push_back(Ready{std::move(call->done), std::move(nobody)});
+      deferred_.push_back(Ready{std::move(call->done),
+                                HolderAnswer::Free("not a ZooKeeper path: \"" + call->lock + "\" " +
+                                                   ZnodePathProblem(call->lock))});
       cv_.notify_one();
       return;
     }
@@ -351,81 +350,62 @@ class ZooKeeperLockService::Impl : public std::enable_shared_from_this<Impl> {
     return std::unique_ptr<Request>(static_cast<Request*>(const_cast<void*>(data)));
   }
 
-  static void OnSync(int rc, const char* /*path*/, const void* data) {
+  // What every completion does around its own step: take back the request, and unless the call
+  // was answered already (deadline, Stop), run the step under mu_ and deliver what it decided
+  // once mu_ is released.
+  template <typename Step>
+  static void Complete(const void* data, Step step) {
     CallbackScope scope;
     std::unique_ptr<Request> request = TakeRequest(data);
     Impl& self = *request->impl;
+    const std::shared_ptr<ZkCall>& call = request->call;
     std::optional<Ready> ready;
     {
       std::lock_guard lock(self.mu_);
-      if (request->call->finished) return;  // answered already (deadline, Stop)
-      ready = rc == ZOK ? self.SendLocked(request->call, ZkCall::Step::kChildren)
-                        : self.FailedLocked(request->call, rc);
+      if (call->finished) return;
+      ready = step(self, call);
     }
     Deliver(ready);
+  }
+
+  static void OnSync(int rc, const char* /*path*/, const void* data) {
+    Complete(data, [rc](Impl& self, const std::shared_ptr<ZkCall>& call) -> std::optional<Ready> {
+      return rc == ZOK ? self.SendLocked(call, ZkCall::Step::kChildren) : self.FailedLocked(call, rc);
+    });
   }
 
   static void OnChildren(int rc, const String_vector* strings, const void* data) {
-    CallbackScope scope;
-    std::unique_ptr<Request> request = TakeRequest(data);
-    Impl& self = *request->impl;
-    const std::shared_ptr<ZkCall>& call = request->call;
-    std::optional<Ready> ready;
-    {
-      std::lock_guard lock(self.mu_);
-      if (call->finished) return;
-      if (rc == ZNONODE) {
-        HolderAnswer free;
-        free.status = HolderAnswer::Status::kFree;
-        ready = self.FinishLocked(call, std::move(free));
-      } else if (rc != ZOK) {
-        ready = self.FailedLocked(call, rc);
-      } else {
-        std::vector<std::string> children;
-        if (strings) children.assign(strings->data, strings->data + strings->count);
-        ++call->listings;
-        if (std::optional<std::string> lowest = LowestSequentialChild(children)) {
-          call->child = std::move(*lowest);
-          ready = self.SendLocked(call, ZkCall::Step::kExists);
-        } else {
-          HolderAnswer free;
-          free.status = HolderAnswer::Status::kFree;
-          ready = self.FinishLocked(call, std::move(free));
-        }
-      }
-    }
-    Deliver(ready);
+    Complete(data, [rc, strings](Impl& self, const std::shared_ptr<ZkCall>& call) -> std::optional<Ready> {
+      if (rc == ZNONODE) return self.FinishLocked(call, HolderAnswer::Free());
+      if (rc != ZOK) return self.FailedLocked(call, rc);
+      std::vector<std::string> children;
+      if (strings) children.assign(strings->data, strings->data + strings->count);
+      ++call->listings;
+      std::optional<std::string> lowest = LowestSequentialChild(children);
+      if (!lowest) return self.FinishLocked(call, HolderAnswer::Free());
+      call->child = std::move(*lowest);
+      return self.SendLocked(call, ZkCall::Step::kExists);
+    });
   }
 
   static void OnExists(int rc, const Stat* stat, const void* data) {
-    CallbackScope scope;
-    std::unique_ptr<Request> request = TakeRequest(data);
-    Impl& self = *request->impl;
-    const std::shared_ptr<ZkCall>& call = request->call;
-    std::optional<Ready> ready;
-    {
-      std::lock_guard lock(self.mu_);
-      if (call->finished) return;
+    Complete(data, [rc, stat](Impl& self, const std::shared_ptr<ZkCall>& call) -> std::optional<Ready> {
       if (rc == ZOK && stat) {
         HolderAnswer held;
         held.status = HolderAnswer::Status::kHeld;
         held.token = static_cast<uint64_t>(stat->czxid);
         held.holder = ChildPath(call->lock, call->child);
-        ready = self.FinishLocked(call, std::move(held));
-      } else if (rc == ZNONODE) {
-        // The holder let go between the listing and this read: whoever is lowest now holds.
-        if (call->listings >= kMaxListings) {
-          ready = self.FinishLocked(
-              call, HolderAnswer::Unavailable("the holder of ZooKeeper lock " + call->lock + " changed " +
-                                std::to_string(call->listings) + " times while it was read"));
-        } else {
-          ready = self.SendLocked(call, ZkCall::Step::kChildren);
-        }
-      } else {
-        ready = self.FailedLocked(call, rc == ZOK ? ZSYSTEMERROR : rc);
+        return self.FinishLocked(call, std::move(held));
       }
-    }
-    Deliver(ready);
+      if (rc != ZNONODE) return self.FailedLocked(call, rc == ZOK ? ZSYSTEMERROR : rc);
+      // The holder let go between the listing and this read: whoever is lowest now holds.
+      if (call->listings >= kMaxListings) {
+        return self.FinishLocked(call, HolderAnswer::Unavailable("the holder of ZooKeeper lock " + call->lock +
+                                                                 " changed " + std::to_string(call->listings) +
+                                                                 " times while it was read"));
+      }
+      return self.SendLocked(call, ZkCall::Step::kChildren);
+    });
   }
 
   static void OnWatch(zhandle_t* zh, int type, int state, const char* /*path*/, void* context) {
