@@ -333,6 +333,10 @@ class KeysTest(ProxyTestCase):
                          "a refused token creates no key")
         for i in range(3):
             self.assert2xx(proxy.request("PUT", "/objects/Secret-Key-%d/w" % i, 501 + i, b"x"))
+        # The admission ends once the exchange has, which can be just after the client has the
+        # response: wait for it to be released before reading the key.
+        wait_for(lambda: fence_key(proxy, "objects", "Secret-Key-2")[1].get("inflight") == 0, 5.0,
+                 what="the last write's admission released")
         status, doc = fence_key(proxy, "objects", "Secret-Key-2")
         self.assertEqual(status, 200)
         self.assertEqual((doc.get("max_token"), doc.get("pending"), doc.get("inflight"),
