@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,17 @@ struct LockServiceConfig {
   bool operator==(const LockServiceConfig&) const = default;
 };
 
+// Where raises become durable when several proxies share their fences (contract "Shared
+// fences"): etcd, under one key prefix. Without it, the state file.
+struct FenceStoreConfig {
+  EtcdClientConfig etcd;  // endpoints, timeout (per etcd call), auth, TLS: as lock_services
+  std::string prefix;     // "/name[/name...]": every proxy with the same prefix shares every fence
+  // The membership lease's TTL: a proxy that cannot renew it stops forwarding fenced writes before
+  // it can expire, and a raise elsewhere waits at most this plus timeouts.request for a dead one.
+  std::chrono::seconds member_ttl{10};
+  bool operator==(const FenceStoreConfig&) const = default;
+};
+
 struct Timeouts {
   std::chrono::milliseconds connect{2000};
   std::chrono::milliseconds request{30000};
@@ -140,7 +152,8 @@ struct ProxyConfig {
   HostPort admin_listen{"127.0.0.1", 9901};
   HostPort backend;          // from backend: "http://host:port" (port defaults to 80)
   std::string backend_url;   // as written
-  std::string state_file;
+  std::string state_file;    // empty when fence_store is set (they exclude each other)
+  std::optional<FenceStoreConfig> fence_store;
   std::string token_header = "X-Fencing-Token";
   unsigned threads = 0;      // 0 = one per core (resolved by the server, not here)
   Unmatched unmatched = Unmatched::kPass;
