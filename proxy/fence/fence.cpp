@@ -1,16 +1,25 @@
 #include "fence/fence.h"
 
 #include <algorithm>
+#include <ctime>
 
 namespace fencing {
 
+int64_t MembershipGate::NowNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 Fence::Fence(std::string name, uint64_t max_token, FencePersister& persister,
-             const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer)
+             const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer,
+             const MembershipGate* gate)
     : name_(std::move(name)),
       persister_(persister),
       state_failed_(state_failed),
       clock_(std::move(clock)),
       observer_(observer),
+      gate_(gate),
       max_token_(max_token) {
   if (observer_) observer_->MaxToken(max_token_);
 }
@@ -61,6 +70,7 @@ AdmitResult Fence::Check(uint64_t token, uint64_t max_jump) const {
 AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
   uint64_t effective_max = std::max(max_token_, pending_);
   if (state_failed_.load(std::memory_order_acquire)) return {Admission::kFailed, effective_max};
+  if (gate_ && !gate_->Open()) return {Admission::kUnavailable, effective_max};
   if (token < effective_max) return {Admission::kStale, effective_max};
   if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
     return {Admission::kTooFar, effective_max};
@@ -92,14 +102,26 @@ void Fence::RejectWaiters(Admission admission, uint64_t max_token, std::vector<W
 }
 
 void Fence::OnPersisted(uint64_t token, bool ok) {
+  OnPersisted(token, ok ? PersistResult::kDurable : PersistResult::kFailed);
+}
+
+void Fence::OnPersisted(uint64_t token, PersistResult result) {
   std::vector<Wakeup> wakeups;
   uint64_t to_persist = 0;
   {
     std::lock_guard lock(mu_);
     persisting_ = 0;
-    if (!ok) {
+    if (result == PersistResult::kFailed) {
       RejectWaiters(Admission::kFailed, std::max(max_token_, pending_), wakeups);
       pending_ = 0;
+    } else if (result == PersistResult::kNotDurable) {
+      // Only this raise is lost. A higher one that arrived meanwhile (another member's, or a
+      // newer holder here) stays pending and is asked for next.
+      if (pending_ == token) {
+        RejectWaiters(Admission::kUnavailable, std::max(max_token_, pending_), wakeups);
+        pending_ = 0;
+      }
+      to_persist = TakeRaiseToPersist();
     } else {
       Finish(token, wakeups);
       to_persist = TakeRaiseToPersist();
@@ -116,15 +138,63 @@ void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
     observer_->Raised();
   }
   if (pending_ == persisted) {
-    // Everyone carrying the new max goes at once; they are all equal tokens.
-    inflight_ += waiters_.size();
-    for (RaiseWaiter* w : waiters_) wakeups.push_back({w, Admission::kAdmitted, max_token_});
-    waiters_.clear();
+    // Everyone carrying the new max goes at once; they are all equal tokens. Unless this proxy's
+    // membership lapsed meanwhile: then they are refused like any request now.
+    if (gate_ && !gate_->Open()) {
+      RejectWaiters(Admission::kUnavailable, max_token_, wakeups);
+    } else {
+      inflight_ += waiters_.size();
+      for (RaiseWaiter* w : waiters_) wakeups.push_back({w, Admission::kAdmitted, max_token_});
+      waiters_.clear();
+    }
     pending_ = 0;
-  } else {
+  } else if (pending_ > persisted) {
     // A higher token arrived while this one was being written; its drain starts now.
     pending_since_ = clock_();
+  } else if (pending_ != 0) {
+    // (RemoteCommitted) another member's higher raise was committed: ours lost.
+    RejectWaiters(Admission::kStale, max_token_, wakeups);
+    pending_ = 0;
   }
+}
+
+void Fence::RemotePending(uint64_t token) {
+  std::vector<Wakeup> wakeups;
+  uint64_t to_persist = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (token <= std::max(max_token_, pending_)) return;
+    // As a higher token arriving here: whoever waited for a lower raise has lost the lock.
+    RejectWaiters(Admission::kStale, token, wakeups);
+    if (pending_ == 0) pending_since_ = clock_();
+    pending_ = token;
+    to_persist = TakeRaiseToPersist();
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+void Fence::RemoteCommitted(uint64_t token) {
+  std::vector<Wakeup> wakeups;
+  {
+    std::lock_guard lock(mu_);
+    if (token <= max_token_) return;
+    // A persist of ours under way (an acknowledgement, or a raise that lost) ends through
+    // OnPersisted; the max is the store's word already.
+    if (pending_ != 0 && pending_ <= token) {
+      Finish(token, wakeups);
+    } else {
+      max_token_ = token;
+      if (observer_) observer_->MaxToken(max_token_);
+    }
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+}
+
+void Fence::RemoteWithdrawn(uint64_t token) {
+  std::lock_guard lock(mu_);
+  if (pending_ != token || persisting_ != 0 || !waiters_.empty()) return;
+  pending_ = 0;
 }
 
 bool Fence::Abandon(RaiseWaiter& waiter) {

@@ -30,6 +30,35 @@ enum class Admission {
   kFailed,    // the state store has failed: reject with 503, fenced writes are off
   kTooFar,    // a raise further above the max than the route allows: reject with 409
   kKeyLimit,  // (FenceKeys only, never a Fence) a new key beyond max_keys: reject with 503
+  // The shared fence store cannot promise the order now: this proxy's membership may have
+  // lapsed (fenced writes are off until it is renewed), or a raise could not be committed in
+  // etcd. Reject with 503 and Retry-After; nothing is terminal.
+  kUnavailable,
+};
+
+// What became of a raise the persister was asked to make durable.
+enum class PersistResult {
+  kDurable,     // written (and, shared, every other member has drained): the raise is the max
+  kNotDurable,  // not this time (shared store: etcd unreachable, acks missing, superseded);
+                // its waiters get kUnavailable, the fence goes on
+  kFailed,      // the store can no longer be trusted (a failed fsync): its waiters get kFailed
+};
+
+// Whether fenced writes may be admitted now. With the shared fence store, only while this
+// proxy's membership is sure to be alive: the store moves the deadline forward after every
+// renewal, measured on CLOCK_BOOTTIME (it keeps counting while the machine sleeps or the VM is
+// frozen), and a check after it refuses. Without one (the state file), always.
+class MembershipGate {
+ public:
+  static int64_t NowNanos();  // CLOCK_BOOTTIME
+  bool Open() const { return NowNanos() < deadline_ns_.load(std::memory_order_acquire); }
+  void OpenUntil(int64_t deadline_ns) { deadline_ns_.store(deadline_ns, std::memory_order_release); }
+  void Close() { deadline_ns_.store(0, std::memory_order_release); }
+  // Nanoseconds left; <= 0 when closed.
+  int64_t Left() const { return deadline_ns_.load(std::memory_order_acquire) - NowNanos(); }
+
+ private:
+  std::atomic<int64_t> deadline_ns_{0};
 };
 
 struct AdmitResult {
@@ -74,9 +103,10 @@ class Fence {
   using Clock = std::function<double()>;  // seconds, monotonic; injectable for tests
 
   // state_failed is shared by every fence: one failed sync stops all fenced writes. observer
-  // may be null (no reports).
+  // may be null (no reports); gate too (always open).
   Fence(std::string name, uint64_t max_token, FencePersister& persister,
-        const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer);
+        const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer,
+        const MembershipGate* gate = nullptr);
 
   const std::string& name() const { return name_; }
 
@@ -90,7 +120,24 @@ class Fence {
   // refused on its head this way, and admitted (Admit) only once its body is in.
   AdmitResult Check(uint64_t token, uint64_t max_jump = 0) const;
   void Release();                             // one admitted write has completed or was aborted
-  void OnPersisted(uint64_t token, bool ok);  // from the persister
+  void OnPersisted(uint64_t token, bool ok);  // from the persister: kDurable or kFailed
+  void OnPersisted(uint64_t token, PersistResult result);
+
+  // The shared fence store (several proxies, one fence): what the other members do. Each is a
+  // no-op when it tells the fence nothing new.
+  //
+  //   RemotePending(T)    another member is raising to T: tokens below T are stale from now, as
+  //                       for a raise of our own; once our admitted writes have drained, the
+  //                       fence asks the persister for T (which acknowledges it), and requests
+  //                       here that carry T wait for it like any raise's waiters
+  //   RemoteCommitted(T)  T is the committed max (raised elsewhere): waiters carrying T go,
+  //                       lower ones are stale; a higher pending raise stays pending
+  //   RemoteWithdrawn(T)  the raise to T was given up before our drain ended: unless requests
+  //                       here carry T (they raise it themselves once drained), tokens below T
+  //                       are admitted again
+  void RemotePending(uint64_t token);
+  void RemoteCommitted(uint64_t token);
+  void RemoteWithdrawn(uint64_t token);
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now
   // removed; false if its Resolve is already under way.
   bool Abandon(RaiseWaiter& waiter);
@@ -121,6 +168,7 @@ class Fence {
   const std::atomic<bool>& state_failed_;
   const Clock clock_;
   const FenceObserver* observer_;
+  const MembershipGate* gate_;
 
   mutable std::mutex mu_;
   uint64_t max_token_;            // durable

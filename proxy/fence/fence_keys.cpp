@@ -41,7 +41,8 @@ void FenceKeys::KeyObserver::RaiseWaited(double seconds) const {
 }
 
 FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettings settings, KeyPersister& persister,
-                     const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer)
+                     const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer,
+                     const MembershipGate* gate)
     : name_(std::move(name)),
       settings_(settings),
       forget_after_seconds_(static_cast<uint64_t>(std::ceil(settings.forget_idle_after.count() / 1000.0))),
@@ -49,6 +50,7 @@ FenceKeys::FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettin
       state_failed_(state_failed),
       clock_(std::move(clock)),
       observer_(observer),
+      gate_(gate),
       key_observer_(observer),
       started_(clock_()),
       floor_(floor) {
@@ -109,7 +111,7 @@ KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token, bool may_crea
 
 FenceKeys::Active* FenceKeys::Activate(std::string_view key, Slot& slot, Shard& shard) {
   FencePersister& persister = *this;
-  auto* active = new Active(std::string(key), slot.max, persister, state_failed_, clock_, &key_observer_);
+  auto* active = new Active(std::string(key), slot.max, persister, state_failed_, clock_, &key_observer_, gate_);
   slot.active = active;
   shard.active.push_back(active);
   return active;
@@ -118,7 +120,7 @@ FenceKeys::Active* FenceKeys::Activate(std::string_view key, Slot& slot, Shard& 
 void FenceKeys::Persist(Fence& fence, uint64_t token) {
   // The Fence is busy (persisting) until OnPersisted, so no sweep folds it back meanwhile.
   persister_.PersistKey(FenceRecord(name_, token, fence.name()),
-                        [&fence, token](bool ok) { fence.OnPersisted(token, ok); });
+                        [&fence, token](PersistResult result) { fence.OnPersisted(token, result); });
 }
 
 bool FenceKeys::Idle(const Active& active) {
@@ -220,7 +222,9 @@ void FenceKeys::Forget(std::vector<ForgetCandidate> candidates) {
   for (ForgetCandidate& c : candidates) {
     FenceRecord record(name_, c.max, c.key, FenceRecord::Kind::kForgetKey);
     persister_.PersistKey(std::move(record),
-                          [this, key = std::move(c.key), max = c.max](bool ok) { OnForgotten(key, max, ok); });
+                          [this, key = std::move(c.key), max = c.max](PersistResult result) {
+                            OnForgotten(key, max, result == PersistResult::kDurable);
+                          });
   }
 }
 

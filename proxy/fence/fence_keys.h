@@ -85,10 +85,10 @@ class FenceRef {
   std::atomic<uint32_t>* pins_ = nullptr;
 };
 
-// Makes a key's record durable; done(ok) exactly once, on any thread, possibly before returning.
+// Makes a key's record durable; done exactly once, on any thread, possibly before returning.
 class KeyPersister {
  public:
-  virtual void PersistKey(FenceRecord record, std::function<void(bool ok)> done) = 0;
+  virtual void PersistKey(FenceRecord record, std::function<void(PersistResult)> done) = 0;
 
  protected:
   ~KeyPersister() = default;
@@ -123,9 +123,10 @@ class FenceKeys : private FencePersister {
  public:
   using Clock = Fence::Clock;
 
-  // keys: as replayed from the state file (consumed). observer may be null.
+  // keys: as replayed from the state file (consumed). observer and gate may be null.
   FenceKeys(std::string name, uint64_t floor, KeyMaxima keys, KeySettings settings, KeyPersister& persister,
-            const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer);
+            const std::atomic<bool>& state_failed, Clock clock, const FenceObserver* observer,
+            const MembershipGate* gate = nullptr);
   ~FenceKeys();
   FenceKeys(const FenceKeys&) = delete;
   FenceKeys& operator=(const FenceKeys&) = delete;
@@ -190,8 +191,8 @@ class FenceKeys : private FencePersister {
   // A key's Fence while it is in use, and the requests holding it.
   struct Active {
     Active(std::string key, uint64_t max, FencePersister& persister, const std::atomic<bool>& state_failed,
-           Clock clock, const FenceObserver* observer)
-        : fence(std::move(key), max, persister, state_failed, std::move(clock), observer) {}
+           Clock clock, const FenceObserver* observer, const MembershipGate* gate)
+        : fence(std::move(key), max, persister, state_failed, std::move(clock), observer, gate) {}
     Fence fence;
     std::atomic<uint32_t> pins{0};
   };
@@ -247,6 +248,7 @@ class FenceKeys : private FencePersister {
   const std::atomic<bool>& state_failed_;
   const Clock clock_;
   const FenceObserver* observer_;
+  const MembershipGate* gate_;
   KeyObserver key_observer_;
   const double started_;
   std::atomic<uint64_t> floor_;

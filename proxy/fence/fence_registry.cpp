@@ -12,6 +12,20 @@ double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The state file as a RaiseStore: a failed write or sync is terminal.
+class StateWriterStore final : public RaiseStore {
+ public:
+  explicit StateWriterStore(StateWriter& writer) : writer_(writer) {}
+  void Persist(FenceRecord record, Done done) override {
+    writer_.Submit(std::move(record), [done = std::move(done)](bool ok) {
+      done(ok ? PersistResult::kDurable : PersistResult::kFailed);
+    });
+  }
+
+ private:
+  StateWriter& writer_;
+};
+
 }  // namespace
 
 FenceRegistry::FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer)
@@ -19,7 +33,13 @@ FenceRegistry::FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, Fen
 
 FenceRegistry::FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, StateWriter& writer,
                              FenceRegistryObserver& observer)
-    : writer_(writer), observer_(observer), unclaimed_keys_(std::move(keys)) {
+    : FenceRegistry(maxima, std::move(keys), *new StateWriterStore(writer), observer) {
+  own_store_.reset(&store_);
+}
+
+FenceRegistry::FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, RaiseStore& store,
+                             FenceRegistryObserver& observer)
+    : store_(store), gate_(store.gate()), observer_(observer), unclaimed_keys_(std::move(keys)) {
   FencePersister& persister = *this;
   for (const auto& [name, max_token] : maxima) {
     if (unclaimed_keys_.contains(name)) {
@@ -27,7 +47,7 @@ FenceRegistry::FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, Sta
       continue;
     }
     fences_.emplace(name, std::make_unique<Fence>(name, max_token, persister, state_failed_, SteadySeconds,
-                                                  &observer_.ForFence(name)));
+                                                  &observer_.ForFence(name), gate_));
   }
 }
 
@@ -47,7 +67,8 @@ Fence& FenceRegistry::GetOrCreate(std::string_view name) {
   if (auto it = keyed_.find(name); it != keyed_.end()) max_token = std::max(max_token, it->second->Highest());
   std::string key(name);
   FencePersister& persister = *this;
-  auto fence = std::make_unique<Fence>(key, max_token, persister, state_failed_, SteadySeconds, &observer_.ForFence(key));
+  auto fence = std::make_unique<Fence>(key, max_token, persister, state_failed_, SteadySeconds,
+                                       &observer_.ForFence(key), gate_);
   return *fences_.emplace(std::move(key), std::move(fence)).first->second;
 }
 
@@ -71,7 +92,7 @@ FenceKeys& FenceRegistry::GetOrCreateKeyed(std::string_view name, const KeySetti
   }
   KeyPersister& persister = *this;
   auto keyed = std::make_unique<FenceKeys>(fence_name, floor, std::move(keys), settings, persister, state_failed_,
-                                           SteadySeconds, &observer_.ForFence(fence_name));
+                                           SteadySeconds, &observer_.ForFence(fence_name), gate_);
   return *keyed_.emplace(std::move(fence_name), std::move(keyed)).first->second;
 }
 
@@ -103,19 +124,51 @@ void FenceRegistry::MarkStateFailed(std::string_view why) {
   LogError("state file failed: fenced writes are refused until the proxy is restarted", {{"reason", why}});
 }
 
+void FenceRegistry::OnResult(PersistResult result, const std::string& what) {
+  if (result == PersistResult::kFailed) MarkStateFailed(what + " could not be made durable");
+}
+
 void FenceRegistry::Persist(Fence& fence, uint64_t token) {
-  writer_.Submit(fence.name(), token, [this, &fence, token](bool ok) {
-    if (!ok) MarkStateFailed("a raise could not be made durable (fence " + fence.name() + ")");
-    fence.OnPersisted(token, ok);
+  store_.Persist(FenceRecord(fence.name(), token), [this, &fence, token](PersistResult result) {
+    OnResult(result, "a raise (fence " + fence.name() + ")");
+    fence.OnPersisted(token, result);
   });
 }
 
-void FenceRegistry::PersistKey(FenceRecord record, std::function<void(bool ok)> done) {
-  std::string what = "fence " + record.fence + ", key " + record.key;
-  writer_.Submit(std::move(record), [this, what = std::move(what), done = std::move(done)](bool ok) {
-    if (!ok) MarkStateFailed("a key's record could not be made durable (" + what + ")");
-    done(ok);
+void FenceRegistry::PersistKey(FenceRecord record, std::function<void(PersistResult)> done) {
+  std::string what = "a key's record (fence " + record.fence + ", key " + record.key + ")";
+  store_.Persist(std::move(record), [this, what = std::move(what), done = std::move(done)](PersistResult result) {
+    OnResult(result, what);
+    done(result);
   });
+}
+
+FenceRef FenceRegistry::ForShared(std::string_view fence, std::string_view key, uint64_t token) {
+  if (key.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      if (keyed_.contains(fence)) return FenceRef();  // its floor: no request admits under it
+    }
+    return FenceRef(&GetOrCreate(fence));
+  }
+  FenceKeys* keyed = FindKeyed(fence);
+  if (!keyed) return FenceRef();
+  KeyLookup lookup = keyed->Acquire(key, token);
+  return std::move(lookup.fence);
+}
+
+void FenceRegistry::SharedMaxCommitted(std::string_view fence, std::string_view key, uint64_t max) {
+  std::lock_guard lock(mu_);
+  if (keyed_.contains(fence)) return;  // a keyed fence learns its keys' maxima through ForShared
+  if (key.empty()) {
+    if (auto it = unclaimed_floors_.find(std::string(fence)); it != unclaimed_floors_.end()) {
+      it->second = std::max(it->second, max);
+    }
+    return;
+  }
+  auto& keys = unclaimed_keys_[std::string(fence)];
+  auto [it, added] = keys.emplace(std::string(key), max);
+  if (!added) it->second = std::max(it->second, max);
 }
 
 void FenceRegistry::Sweep() {

@@ -1,11 +1,13 @@
 #pragma once
 // Every fence the proxy knows: those in the state file (kept even when no route names them any
 // more) and those the routes name, unkeyed (one Fence) or keyed (FenceKeys: one Fence per key).
-// Raises are made durable through the StateWriter.
+// Raises are made durable through a RaiseStore (the state file's writer, or etcd shared by
+// several proxies, which also tells the registry what the other proxies raise).
 
 #include "fence/fence.h"
 #include "fence/fence_keys.h"
 #include "fence/fence_observer.h"
+#include "fence/raise_store.h"
 #include "state/state_writer.h"
 
 #include <atomic>
@@ -24,10 +26,11 @@ namespace fencing {
 
 class FenceRegistry : private FencePersister, private KeyPersister {
  public:
-  // maxima, keys: as replayed from the state file (keys consumed). writer: where raises go.
-  // observer: the metrics.
+  // maxima, keys: as replayed from the state file or read from etcd (keys consumed). store (or
+  // writer, the state file's): where raises go. observer: the metrics.
   FenceRegistry(const FenceMaxima& maxima, StateWriter& writer, FenceRegistryObserver& observer);
   FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, StateWriter& writer, FenceRegistryObserver& observer);
+  FenceRegistry(const FenceMaxima& maxima, FenceKeyMaxima keys, RaiseStore& store, FenceRegistryObserver& observer);
   ~FenceRegistry();
 
   // The unkeyed fence named `name`, created if new: at its max from the state file, or (a fence
@@ -39,6 +42,13 @@ class FenceRegistry : private FencePersister, private KeyPersister {
   // max as the floor of its keys. Same lifetime.
   FenceKeys& GetOrCreateKeyed(std::string_view name, const KeySettings& settings);
   FenceKeys* FindKeyed(std::string_view name) const;
+
+  // The shared store: another proxy raises (or has raised) fence `fence`, or its key `key`, to
+  // token. The local Fence to tell, made if need be and pinned; null when no Fence here can admit
+  // writes for it: the key of a fence no route here keys (then only a committed max is noted,
+  // with SharedMaxCommitted, for a route that keys it later), or the floor of a keyed fence.
+  FenceRef ForShared(std::string_view fence, std::string_view key, uint64_t token);
+  void SharedMaxCommitted(std::string_view fence, std::string_view key, uint64_t max);
 
   // False once a state write or sync has failed: fenced writes are refused, /readyz fails.
   bool healthy() const { return !state_failed_.load(std::memory_order_acquire); }
@@ -60,9 +70,12 @@ class FenceRegistry : private FencePersister, private KeyPersister {
 
  private:
   void Persist(Fence& fence, uint64_t token) override;
-  void PersistKey(FenceRecord record, std::function<void(bool ok)> done) override;
+  void PersistKey(FenceRecord record, std::function<void(PersistResult)> done) override;
+  void OnResult(PersistResult result, const std::string& what);
 
-  StateWriter& writer_;
+  std::unique_ptr<RaiseStore> own_store_;  // the StateWriter constructors' adapter
+  RaiseStore& store_;
+  const MembershipGate* gate_;
   FenceRegistryObserver& observer_;
   std::atomic<bool> state_failed_{false};
   mutable std::mutex mu_;

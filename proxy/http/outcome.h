@@ -29,7 +29,8 @@ namespace fencing {
   X(kRejectedKeyLimit, "rejected_key_limit")  /* 503: a new key beyond the fence's max_keys */           \
   X(kRejectedUnverified, "rejected_unverified") /* 409: a raise the lock service did not confirm */      \
   X(kObservedUnverified, "observed_unverified") /* observe mode: a raise not confirmed, forwarded, max kept */ \
-  X(kLockServiceUnavailable, "lock_service_unavailable") /* 503: a raise the lock service could not check */
+  X(kLockServiceUnavailable, "lock_service_unavailable") /* 503: a raise the lock service could not check */ \
+  X(kFenceStoreUnavailable, "fence_store_unavailable") /* 503: the shared fence store cannot promise the order now */
 
 enum class Outcome {
 #define FENCING_OUTCOME_ENUM(name, label) name,

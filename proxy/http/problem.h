@@ -45,6 +45,7 @@ namespace fencing {
   X(kStateUnavailable, "state-unavailable", "Fence state unavailable", service_unavailable)               \
   X(kFenceKeyLimit, "fence-key-limit", "Too many fence keys", service_unavailable)                       \
   X(kLockServiceUnavailable, "lock-service-unavailable", "Lock service unavailable", service_unavailable) \
+  X(kFenceStoreUnavailable, "fence-store-unavailable", "Shared fence store unavailable", service_unavailable) \
   X(kUpstreamTimeout, "upstream-timeout", "Backend too slow", gateway_timeout)
 
 enum class ProblemType {

@@ -279,6 +279,18 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
                  "the fence holds max_keys (" + std::to_string(plan.route->config->max_keys) +
                      ") keys: a new key is refused until keys are forgotten or max_keys is raised");
       return;
+    case Admission::kUnavailable:
+      plan.problem.max_token.reset();
+      if (observe) {
+        Forward(plan, Outcome::kFenceStoreUnavailable);
+        return;
+      }
+      RejectWith(plan, Outcome::kFenceStoreUnavailable, ProblemType::kFenceStoreUnavailable,
+                 "the shared fence store (etcd) cannot promise the order now: this proxy's membership could not "
+                 "be renewed in time, or the raise could not be committed with every other proxy's "
+                 "acknowledgement; retry later");
+      plan.problem.retry_after = 1;
+      return;
     case Admission::kFailed:
     case Admission::kWaiting:
       plan.problem.max_token.reset();

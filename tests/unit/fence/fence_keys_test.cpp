@@ -23,26 +23,26 @@ namespace {
 // Queues every record; the test completes them (or, synchronous, they complete at once).
 class FakeKeyPersister : public KeyPersister {
  public:
-  void PersistKey(FenceRecord record, std::function<void(bool ok)> done) override {
+  void PersistKey(FenceRecord record, std::function<void(PersistResult)> done) override {
     std::unique_lock lock(mu);
     records.push_back(record);
     if (synchronous) {
       lock.unlock();
-      done(true);
+      done(PersistResult::kDurable);
       return;
     }
     pending.push_back(std::move(done));
   }
   // Completes the oldest outstanding record.
   void CompleteOne(bool ok = true) {
-    std::function<void(bool)> done;
+    std::function<void(PersistResult)> done;
     {
       std::lock_guard lock(mu);
       ASSERT_FALSE(pending.empty()) << "nothing to complete";
       done = std::move(pending.front());
       pending.erase(pending.begin());
     }
-    done(ok);
+    done(ok ? PersistResult::kDurable : PersistResult::kFailed);
   }
   void CompleteAll() {
     while (true) {

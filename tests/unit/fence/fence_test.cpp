@@ -85,6 +85,7 @@ const char* Name(Admission a) {
     case Admission::kFailed: return "failed";
     case Admission::kTooFar: return "too far";
     case Admission::kKeyLimit: return "key limit";
+    case Admission::kUnavailable: return "unavailable";
   }
   return "?";
 }
@@ -646,7 +647,8 @@ class Schedule {
         case Admission::kWaiting:
         case Admission::kTooFar:  // only ever a direct answer, and only with a max_jump
         case Admission::kKeyLimit:  // a keyed fence's answer, never a Fence's
-          Check(false, "resolved as waiting, too far or key limit");
+        case Admission::kUnavailable:  // only with a shared store's gate (fence_remote_test)
+          Check(false, "resolved as waiting, too far, key limit or unavailable");
           break;
       }
     };
@@ -682,6 +684,9 @@ class Schedule {
         break;
       case Admission::kKeyLimit:
         Check(false, "a Fence answered with the key limit");
+        break;
+      case Admission::kUnavailable:
+        Check(false, "unavailable without a shared store's gate");
         break;
     }
   }

@@ -63,6 +63,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kFenceKeyLimit, {"fence-key-limit", 503}},
       {ProblemType::kTokenNotVerified, {"token-not-verified", 409}},
       {ProblemType::kLockServiceUnavailable, {"lock-service-unavailable", 503}},
+      {ProblemType::kFenceStoreUnavailable, {"fence-store-unavailable", 503}},
       {ProblemType::kUpstreamTimeout, {"upstream-timeout", 504}},
   };
   for (const auto& [type, want] : expected) {
