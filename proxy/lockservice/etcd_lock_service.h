@@ -3,7 +3,7 @@
 // revision (clientv3 concurrency.Mutex, `etcdctl lock`), and its number is that create revision.
 // One linearizable range read per question (limit 1, sorted by create revision, keys only).
 
-#include "lockservice/etcd_client.h"
+#include "etcd/etcd_client.h"
 #include "lockservice/lock_service.h"
 
 #include <memory>

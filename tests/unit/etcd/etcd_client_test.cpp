@@ -3,7 +3,7 @@
 // HTTP once per suite, and https with auth in a suite of its own (certificates made by openssl).
 // Without etcd the real-server tests skip, unless FP_REQUIRE_LOCK_SERVICES=1 makes that a failure.
 
-#include "lockservice/etcd_client.h"
+#include "etcd/etcd_client.h"
 #include "lockservice/etcd_lock_service.h"
 
 #include "test_files.h"

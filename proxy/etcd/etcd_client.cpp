@@ -1,6 +1,4 @@
-#include "lockservice/etcd_client.h"
-
-#include "lockservice/lock_service.h"
+#include "etcd/etcd_client.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -228,6 +226,9 @@ bool ReadPasswordFile(const std::string& path, std::string* password, std::strin
   *password = std::move(value);
   return true;
 }
+
+// "250ms", as the lock services write a duration in their errors.
+std::string MillisecondsText(std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; }
 
 std::string Describe(const beast::error_code& ec) {
   if (ec == beast::error::timeout) return "timed out";

@@ -23,7 +23,7 @@
 // A request that failed after it was sent may be resent to the next endpoint: callers send only
 // requests for which that is harmless (reads; a txn whose compare fails the second time).
 //
-// Streaming calls (shared fences: /v3/watch and /v3/lease/keepalive, whose gateway answers are
+// Streaming calls: see Watch and LeaseKeepAlive below.
 // chunked bodies of one JSON object per message, {"result": ...} or {"error": ...}) go beside
 // Call as a Stream(path, first request, on_message, on_end) that owns a connection of its own,
 // never a pooled one, reads the body with a buffer_body parser and splits it at each message.
