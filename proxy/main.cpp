@@ -50,10 +50,21 @@ int RunCheck(const std::string& config_path) {
     return kExitFailure;
   }
   const ProxyConfig& config = *result.config;
-  std::string state_summary = "state file " + config.state_file + " not created yet";
+  std::string state_summary;
+  if (config.fence_store) {
+    // The fences are in etcd: there is no state file to open, and --check does not connect (as
+    // it does not for lock services), so it stays an offline check of the file.
+    std::string endpoints;
+    for (const std::string& endpoint : config.fence_store->etcd.endpoints) {
+      endpoints += (endpoints.empty() ? "" : ",") + endpoint;
+    }
+    state_summary = "fence store etcd " + endpoints + " prefix " + config.fence_store->prefix;
+  } else {
+    state_summary = "state file " + config.state_file + " not created yet";
+  }
   std::unique_ptr<StateStore> store;
   OpenOptions options{.create_if_missing = false, .lock = false, .read_only = true};
-  if (::access(config.state_file.c_str(), F_OK) == 0) {
+  if (!config.fence_store && ::access(config.state_file.c_str(), F_OK) == 0) {
     if (Status s = StateStore::Open(config.state_file, options, &store); !s.ok()) {
       std::cerr << s.message() << "\n";
       return kExitFailure;
@@ -226,7 +237,8 @@ int main(int argc, char** argv) {
   bool version = false;
   std::string log_level = "info";
   app.add_option("--config", config_path, "route file (or FENCING_PROXY_CONFIG)");
-  app.add_flag("--check", check, "validate the route file and the state file, then exit (0 valid, 1 invalid)");
+  app.add_flag("--check", check,
+               "validate the route file and the state file (none with a fence_store), then exit (0 valid, 1 invalid)");
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--log-level", log_level, "debug, info, warn or error")->check(CLI::IsMember({"debug", "info", "warn", "error"}));
 

@@ -770,6 +770,7 @@ TEST_F(EtcdTest, AKeptAliveLeaseOutlivesItsTtlAndItsRevokeDeletesTheKey) {
 TEST_F(EtcdTest, AKeepAliveOfAnUnknownLeaseSaysTtlZero) {
   LeaseAnswer k = KeepAliveSync(*client_, 123456789);
   ASSERT_TRUE(k.result.ok()) << k.result.error;
+  EXPECT_EQ(k.id, 123456789);  // etcd's answer names the lease
   EXPECT_EQ(k.ttl, 0);
   EtcdResult revoke = RevokeSync(*client_, 123456789);
   EXPECT_FALSE(revoke.ok());
