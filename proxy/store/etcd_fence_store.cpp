@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 namespace fencing {
@@ -274,6 +275,10 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     if (observer_) observer_->Observe(op, seconds);
   }
   void CountMembers() {
+    // A member gone long ago is forgotten (no raise waits that long for anyone).
+    const auto forget_before = SteadyClock::now() - 2 * request_timeout_ - std::chrono::seconds(config_.member_ttl) -
+                               std::chrono::seconds(60);
+    std::erase_if(members_, [&](const auto& entry) { return !entry.second.alive && entry.second.gone_at < forget_before; });
     int64_t alive = 0;
     for (const auto& [id, m] : members_) alive += m.alive;
     {
@@ -333,7 +338,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   }
   // The gate's margin: the lease ends at the earliest TTL after our keep-alive was sent; the gate
   // closes this much before.
-  int64_t MarginNanos() const { return std::max<int64_t>(1000000000, lease_ttl_ * 1000000000 / 5); }
+  int64_t MarginNanos() const { return std::max<int64_t>(500000000, lease_ttl_ * 1000000000 / 5); }
 
   void OpenGate() {
     if (!view_current_ || lease_ == 0 || stopping_) return;
@@ -634,7 +639,8 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       // from an answer that never came, which is withdrawn.
       const bool under_way = target.op && target.op->kind == Op::Kind::kRaise &&
                              (target.op->revision == p.revision || target.op->revision == 0);
-      if (!under_way) Withdraw(name, p.revision);
+      // (A raise of ours that has ended already: the watch shows its pending late.)
+      if (!under_way && !recent_own_.contains(p.revision)) Withdraw(name, p.revision);
       return;
     }
     if (target.op) {
@@ -738,6 +744,12 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     op.kind = Op::Kind::kRaise;
+    if (keepalive_failed_) {
+      // etcd did not answer the last renewal: a raise now would only wait for its timeout.
+      Complete(name, target, PersistResult::kNotDurable);
+      PruneOne(name);
+      return;
+    }
     // Only a raise has a bound. An acknowledgement, once written, is never given up while its
     // pending raise stands: the raiser may commit on it, so the fence must stay blocked.
     op.deadline = SteadyClock::now() + std::chrono::seconds(config_.member_ttl) + request_timeout_ +
@@ -905,6 +917,8 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     }
     op->revision = txn.revision;
     target.pending = Pending{op->token, member_id_, txn.revision};
+    recent_own_.insert(txn.revision);
+    if (recent_own_.size() > 4096) recent_own_.erase(recent_own_.begin());
     for (const auto& [member, revision] : op->early_acks) {
       if (revision == std::to_string(op->revision)) op->acked[member] = true;
     }
@@ -1071,6 +1085,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   uint64_t next_op_id_ = 0;
   std::map<std::string, Target> targets_;
   std::map<std::string, Member> members_;
+  std::set<int64_t> recent_own_;  // revisions of our latest pending writes
 
   mutable std::mutex status_mu_;
   EtcdFenceStore::Status status_;
