@@ -152,6 +152,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       std::vector<std::pair<std::string, Pending>> seen(start_pendings_.begin(), start_pendings_.end());
       start_pendings_.clear();
       for (auto& [name, pending] : seen) OnPendingPut(name, pending);
+      if (watch_from_ != 0 && !watch_ && lease_ != 0) StartWatch(watch_from_);
       view_current_ = true;
       OpenGate();
       attached.set_value();
@@ -472,7 +473,13 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     }
     Observe("load", Since(state->started));
     ApplyLoad(*state);
-    StartWatch(state->revision + 1);
+    if (registry_) {
+      StartWatch(state->revision + 1);
+    } else {
+      // The first load: the watch starts at Attach, from this revision on, so that nothing it
+      // brings lands in the maxima the registry is being made from.
+      watch_from_ = state->revision + 1;
+    }
   }
 
   void ApplyLoad(const LoadState& state) {
@@ -1073,6 +1080,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   FenceRegistry* registry_ = nullptr;
   std::function<void(std::string)> on_started_;
   std::map<std::string, Pending> start_pendings_;
+  int64_t watch_from_ = 0;  // the first load's revision + 1, until Attach starts the watch
   int64_t lease_ = 0;
   int64_t lease_ttl_ = 0;
   int64_t renewed_sent_ = 0;  // CLOCK_BOOTTIME ns when the last successful renewal was sent
