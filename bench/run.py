@@ -190,6 +190,27 @@ def find_tool(name):
     return None
 
 
+def wrk_result(sup, proc, out, seconds):
+    """Waits for a wrk run (our Lua scripts print one BENCH_RESULT line) -> its result, with
+    seconds, rps and socket_errors added."""
+    try:
+        proc.wait(timeout=seconds + 60)
+    except subprocess.TimeoutExpired:
+        sup.stop(proc, signal.SIGKILL)
+        raise BenchError("wrk did not finish (output in %s)" % out)
+    sup.stop(proc)
+    with open(out, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    m = re.search(r"^BENCH_RESULT (\{.*\})$", text, re.M)
+    if proc.returncode != 0 or not m:
+        raise BenchError("wrk failed (exit %s); output %s:\n%s" % (proc.returncode, out, text[-3000:]))
+    r = json.loads(m.group(1))
+    r["seconds"] = r["duration_us"] / 1e6
+    r["rps"] = r["requests"] / r["seconds"] if r["seconds"] else 0.0
+    r["socket_errors"] = sum(v for k, v in r["errors"].items() if k != "status")
+    return r
+
+
 def ensure_packages(allow_install):
     missing = sorted({pkg for tool, pkg in PACKAGES.items() if not find_tool(tool)})
     if not missing:
@@ -551,22 +572,7 @@ class Bench:
                         proc.send_signal(signal.SIGINT)
                         break
                 time.sleep(0.05)
-        try:
-            proc.wait(timeout=seconds + 60)
-        except subprocess.TimeoutExpired:
-            self.sup.stop(proc, signal.SIGKILL)
-            raise BenchError("wrk did not finish (output in %s)" % out)
-        self.sup.stop(proc)
-        with open(out, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        m = re.search(r"^BENCH_RESULT (\{.*\})$", text, re.M)
-        if proc.returncode != 0 or not m:
-            raise BenchError("wrk failed (exit %s); output %s:\n%s" % (proc.returncode, out,
-                                                                       text[-3000:]))
-        r = json.loads(m.group(1))
-        r["seconds"] = r["duration_us"] / 1e6
-        r["rps"] = r["requests"] / r["seconds"] if r["seconds"] else 0.0
-        r["socket_errors"] = sum(v for k, v in r["errors"].items() if k != "status")
+        r = wrk_result(self.sup, proc, out, seconds)
         r["output"] = os.path.relpath(out, self.workdir)
         return r
 

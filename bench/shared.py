@@ -55,7 +55,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run import (BenchError, Interrupted, finish_standalone, find_tool, supervised, free_ports,  # noqa: E402
-                 start_nginx_backend, http_get, http_put, log, version_of, LUA_DIR, REPO, EQUAL_TOKEN, EQ_PATH)
+                 wrk_result, start_nginx_backend, http_get, http_put, log, version_of, LUA_DIR, REPO, EQUAL_TOKEN, EQ_PATH)
 from verify import scrape, metric, histogram_delta, bucket_quantile, summary_ms  # noqa: E402
 
 # etcd is started by the integration tests' own code.
@@ -274,20 +274,9 @@ class SharedBench:
                 "http://127.0.0.1:%d" % target.port, "--", EQUAL_TOKEN, EQ_PATH]
         env = dict(os.environ, BENCH_CHECK_STATUS="1")   # every non-2xx is counted
         proc = self.sup.spawn("wrk", argv, out, env=env)  # inherits this script's core
-        try:
-            proc.wait(timeout=seconds + 60)
-        except subprocess.TimeoutExpired:
-            self.sup.stop(proc, signal.SIGKILL)
-            raise BenchError("wrk did not finish (output in %s)" % out)
-        self.sup.stop(proc)
-        with open(out, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        m = re.search(r"^BENCH_RESULT (\{.*\})$", text, re.M)
-        if proc.returncode != 0 or not m:
-            raise BenchError("wrk failed (exit %s); output %s:\n%s" % (proc.returncode, out, text[-3000:]))
-        r = json.loads(m.group(1))
-        seconds_run = r["duration_us"] / 1e6
-        bad = r["non2xx"] + sum(v for k, v in r["errors"].items() if k != "status")
+        r = wrk_result(self.sup, proc, out, seconds)
+        seconds_run = r["seconds"]
+        bad = r["non2xx"] + r["socket_errors"]
         if bad:
             raise BenchError("%s: %d non-2xx or socket errors under wrk; first: %s"
                              % (target.name, bad, r["first_non2xx"]))
