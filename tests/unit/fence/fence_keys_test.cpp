@@ -61,7 +61,7 @@ class FakeKeyPersister : public KeyPersister {
   std::mutex mu;
   bool synchronous = false;
   std::vector<FenceRecord> records;
-  std::vector<std::function<void(bool)>> pending;
+  std::vector<std::function<void(PersistResult)>> pending;
 };
 
 class FakeWaiter : public RaiseWaiter {
