@@ -164,6 +164,12 @@ struct ProxyConfig {
   std::vector<LockServiceConfig> lock_services;  // in file order
   std::vector<RouteConfig> routes;
   const LockServiceConfig* FindLockService(std::string_view name) const;
+  // How long a request waits for its raise: timeouts.request; with the shared store, also
+  // member_ttl + 1 s, the longest a raise there waits for a proxy that died (its lease to end,
+  // then timeouts.request for the writes it had admitted).
+  std::chrono::milliseconds RaiseWait() const {
+    return fence_store ? timeouts.request + fence_store->member_ttl + std::chrono::seconds(1) : timeouts.request;
+  }
 };
 
 // One problem in the route file, positioned like a compiler error (1-based line and column).

@@ -358,8 +358,9 @@ io::Awaitable<bool> Session::ServeOne() {
     }
     if (plan.action == RequestPlan::Action::kFence) {
       if (admission == Admission::kWaiting) {
+        SetDeadline(Clock::now() + config.RaiseWait());  // the sweep leaves the session alone meanwhile
         admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
-                                          config.timeouts.request);
+                                          config.RaiseWait());
       }
       if (admission == Admission::kAdmitted) admitted = fence.get();
       ApplyAdmission(plan, admission, max_token);

@@ -618,6 +618,8 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     if (it != targets_.end() && it->second.op && token >= it->second.op->token) {
       Target& target = it->second;
       if (target.op->kind == Op::Kind::kAck) Observe("ack", Since(target.op->started));
+      // The watch can show our own commit before its txn answers.
+      if (target.op->kind == Op::Kind::kRaise && token == target.op->token) CountRaise(*target.op);
       // Ours (its commit's answer may come later) or a higher one committed elsewhere.
       if (token > target.op->token && registry_) registry_->SharedCommitted(fence, key, token);
       Complete(name, target, token == target.op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
@@ -1004,18 +1006,20 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
         }
       }
       if (max == op->token) {
-        Observe("raise", Since(op->started));
+        CountRaise(*op);
         target.pending.reset();
-        {
-          std::lock_guard lock(status_mu_);
-          ++status_.raises;
-        }
         Complete(name, target, PersistResult::kDurable);
       } else {
         Complete(name, target, PersistResult::kNotDurable);
       }
       PruneOne(name);
     });
+  }
+
+  void CountRaise(const Op& op) {
+    Observe("raise", Since(op.started));
+    std::lock_guard lock(status_mu_);
+    ++status_.raises;
   }
 
   void OnDeadline(const std::string& name, uint64_t id) {
