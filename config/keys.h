@@ -30,6 +30,9 @@ struct ConfigKey {
   // Missing, it is an error: "missing required key 'NAME'" plus " (HINT)" when there is one.
   bool required = false;
   std::string_view required_hint;
+  // For a required key: another key of its section that, written, stands in for it, so that this
+  // one is no longer required (state_file's is fence_store; the loader refuses the two together).
+  std::string_view required_unless;
   // Bound to sockets, threads or files at start-up (or, for a route key, to a fence's keys): a
   // reload that changes it is refused.
   bool restart_only = false;
@@ -53,8 +56,8 @@ struct ConfigKey {
 std::span<const ConfigKey> ConfigKeys();
 
 // The keys of a mapping inside a key's value that is not a section of the table (a route's
-// fence_key and verify, a lock service and its etcd, tls and zookeeper blocks): the loader's
-// known-key lists, read by the docs test too.
+// fence_key and verify, a lock service and its etcd, tls and zookeeper blocks, the fence store
+// and its etcd block): the loader's known-key lists, read by the docs test too.
 struct NestedConfigKeys {
   std::string_view path;  // as messages name it, NAME for a name the file chooses: "lock_services.NAME.etcd"
   std::span<const std::string_view> names;

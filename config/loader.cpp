@@ -37,6 +37,10 @@ constexpr std::string_view kLockServiceKinds[] = {"etcd", "zookeeper"};
 constexpr std::string_view kEtcdKeys[] = {"endpoints", "timeout", "username", "password_file", "tls", "password"};
 constexpr std::string_view kTlsKeys[] = {"ca_file", "cert_file", "key_file", "server_name"};
 constexpr std::string_view kZooKeeperKeys[] = {"hosts", "timeout", "session_timeout"};
+constexpr std::string_view kFenceStoreKinds[] = {"etcd"};
+// A lock service's etcd keys, and the fence store's own: its key prefix and membership lease.
+constexpr std::string_view kFenceStoreEtcdKeys[] = {"endpoints",     "prefix", "member_ttl", "timeout", "username",
+                                                    "password_file", "tls",    "password"};
 
 std::string Join(std::span<const std::string_view> words) {
   std::string out;
@@ -348,7 +352,7 @@ class Loader {
 
   void Validate(const std::vector<YAML::Node>& documents, ProxyConfig* config) {
     if (documents.empty() || documents.front().IsNull()) {
-      Error(Position{}, "the route file is empty; it needs at least 'backend' and 'state_file'");
+      Error(Position{}, "the route file is empty; it needs at least 'backend' and 'state_file' (or 'fence_store')");
       return;
     }
     for (size_t i = 1; i < documents.size(); ++i) {
@@ -365,6 +369,7 @@ class Loader {
     }
     const Position root_at = At(root);
     Walk(root, KeySection::kTop, "", root_at);
+    CheckFenceStoreUse(*config);
     CheckKeyHeaders(*config);
     CheckVerifyServices(*config);
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
@@ -386,6 +391,7 @@ class Loader {
     }
     for (const ConfigKey& key : ConfigKeys()) {
       if (key.section != section || !key.required || written.contains(key.name)) continue;
+      if (!key.required_unless.empty() && written.contains(key.required_unless)) continue;
       std::string message = "missing required key '" + std::string(key.name) + "'";
       if (!key.required_hint.empty()) message += " (" + std::string(key.required_hint) + ")";
       Error(owner_at, Prefixed(where, message));
@@ -612,23 +618,30 @@ class Loader {
     }
     if (kind.key == "etcd") {
       out->kind = LockServiceConfig::Kind::kEtcd;
-      LoadEtcd(kind.value, At(kind.value), kind_path, &out->etcd);
+      LoadEtcd(kind.value, At(kind.value), kind_path, kEtcdKeys, "a raise waits this long for the lock service",
+               &out->etcd, [](const Entry&, const std::string&) {});
     } else {
       out->kind = LockServiceConfig::Kind::kZooKeeper;
       LoadZooKeeper(kind.value, At(kind.value), kind_path, &out->zookeeper);
     }
   }
 
-  void LoadEtcd(const YAML::Node& map, Position at, const std::string& path, EtcdClientConfig* out) {
+  // An etcd client block, a lock service's or the fence store's: endpoints, timeout, authentication
+  // and TLS, checked alike for both. known is the block's key list; the keys only the caller has (a
+  // fence store's prefix and member_ttl) go to other_key(entry, path). timeout_why says, in the
+  // "at most 1m" message, what waits for an etcd answer.
+  template <typename OtherKey>
+  void LoadEtcd(const YAML::Node& map, Position at, const std::string& path, std::span<const std::string_view> known,
+                std::string_view timeout_why, EtcdClientConfig* out, OtherKey other_key) {
     std::optional<Position> endpoints_at, username_at, password_file_at, tls_at;
     bool any_https = false, endpoints_ok = false;
-    for (const Entry& e : Entries(map, kEtcdKeys, path)) {
+    for (const Entry& e : Entries(map, known, path)) {
       const std::string key_path = path + "." + e.key;
       if (e.key == "endpoints") {
         endpoints_at = At(e.value, e.key_at);
         endpoints_ok = LoadEndpoints(e, key_path, &out->endpoints, &any_https);
       } else if (e.key == "timeout") {
-        LockServiceTimeout(e, key_path, &out->timeout);
+        LockServiceTimeout(e, key_path, &out->timeout, timeout_why);
       } else if (e.key == "username") {
         username_at = At(e.value, e.key_at);
         NonEmpty(e, key_path, &out->username);
@@ -641,6 +654,8 @@ class Loader {
       } else if (e.key == "tls") {
         tls_at = At(e.value, e.key_at);
         LoadTls(e, key_path, &out->tls_settings);
+      } else {
+        other_key(e, key_path);
       }
     }
     if (!endpoints_at) {
@@ -767,12 +782,113 @@ class Loader {
     }
   }
 
-  // A lock service's timeout: a raise waits this long for the answer, at most a minute.
-  void LockServiceTimeout(const Entry& e, const std::string& path, std::chrono::milliseconds* field) {
+  // fence_store: {etcd: {endpoints, prefix, member_ttl, timeout, username, password_file, tls}}.
+  // Kept only without a problem; whether it may be used with the rest of the file (state_file,
+  // forgetting routes) is checked once the whole file is read (CheckFenceStoreUse).
+  void LoadFenceStore(const Entry& e, const std::string& path) {
+    top_.fence_store_at = e.key_at;
+    if (!e.value.IsMap()) {
+      Error(At(e.value, e.key_at), path + ": expected a mapping, {etcd: {endpoints: [...], prefix: \"/...\"}}, got " +
+                                       Describe(e.value));
+      return;
+    }
+    const size_t errors_before = errors_.size();
+    std::optional<Entry> etcd;
+    for (const Entry& kind : NamedEntries(e.value, path)) {
+      if (kind.key == "etcd") {
+        etcd = kind;
+        continue;
+      }
+      // Named as a kind, not as a key: lock_services know zookeeper, which is no fence store.
+      std::string message = path + ": unknown kind " + Quote(kind.key);
+      if (const std::string_view best = Nearest(kind.key, kFenceStoreKinds); !best.empty()) {
+        message += "; did you mean '" + std::string(best) + "'?";
+      } else {
+        message += "; fences are shared in etcd only (write etcd: {...})";
+      }
+      Error(kind.key_at, message);
+    }
+    if (!etcd) {
+      if (errors_.size() == errors_before) {
+        Error(At(e.value, e.key_at), path + ": give etcd, the store's kind (etcd: {endpoints: [...], prefix: \"/...\"})");
+      }
+      return;
+    }
+    const std::string etcd_path = path + ".etcd";
+    if (!etcd->value.IsMap()) {
+      Error(At(etcd->value, etcd->key_at),
+            etcd_path + ": expected a mapping with endpoints and prefix, got " + Describe(etcd->value));
+      return;
+    }
+    FenceStoreConfig store;
+    bool have_prefix = false;
+    LoadEtcd(etcd->value, At(etcd->value), etcd_path, kFenceStoreEtcdKeys, "each etcd call of a raise waits this long",
+             &store.etcd, [&](const Entry& f, const std::string& key_path) {
+               if (f.key == "prefix") {
+                 have_prefix = true;
+                 auto check = [](std::string_view text, std::string* prefix) -> std::string {
+                   std::string problem = CheckFenceStorePrefix(text);
+                   if (problem.empty()) *prefix = std::string(text);
+                   return problem;
+                 };
+                 Checked(f, key_path, check, &store.prefix);
+               } else if (f.key == "member_ttl") {
+                 MemberTtl(f, key_path, &store.member_ttl);
+               }
+             });
+    if (!have_prefix) {
+      Error(At(etcd->value), etcd_path + ": missing required key 'prefix' (the etcd key prefix of the shared fences: "
+                                         "every proxy with the same prefix shares every fence, e.g. "
+                                         "\"/fencing-proxy/orders-db\")");
+    }
+    if (errors_.size() == errors_before) config_->fence_store = std::move(store);
+  }
+
+  // The membership lease's TTL: a duration in whole seconds (etcd grants lease TTLs in seconds),
+  // from 2s to 300s.
+  void MemberTtl(const Entry& e, const std::string& path, std::chrono::seconds* field) {
+    std::chrono::milliseconds value{};
+    if (!Checked(e, path, CheckDuration, &value)) return;
+    const std::string got = " (got " + Quote(e.value.Scalar()) + ")";
+    // Whole seconds first: "1500ms" is a TTL etcd cannot grant, whatever the bounds.
+    if (value % std::chrono::seconds(1) != std::chrono::milliseconds(0)) {
+      Error(At(e.value), path + ": must be whole seconds: etcd lease TTLs are seconds" + got);
+      return;
+    }
+    if (value < kMinMemberTtl || value > kMaxMemberTtl) {
+      Error(At(e.value), path + ": must be from 2s to 300s" + got);
+      return;
+    }
+    *field = std::chrono::duration_cast<std::chrono::seconds>(value);
+  }
+
+  // What a fence store rules out elsewhere in the file, reported where it is written: a state file
+  // (the fences live in one place), and forgetting idle keys (the shared store keeps every key:
+  // forgetting one would fold its max into a floor that every proxy of the prefix must agree on).
+  void CheckFenceStoreUse(const ProxyConfig& c) {
+    if (!top_.fence_store_at) return;
+    if (top_.state_file_at) {
+      Error(*top_.fence_store_at,
+            "fence_store and state_file (line " + std::to_string(top_.state_file_at->line) +
+                ") exclude each other; a fence_store keeps the fences in etcd: remove state_file (or "
+                "fence_store, to keep them in the state file)");
+    }
+    for (size_t i = 0; i < c.routes.size() && i < route_keys_.size(); ++i) {
+      const RouteKeys& at = route_keys_[i];
+      if (!at.forget_at || !c.routes[i].fence_key.keyed()) continue;  // without fence_key: an error already
+      Error(*at.forget_at, at.where + ".forget_idle_keys_after: not with fence_store: keys are not forgotten in the "
+                                      "shared store (etcd keeps every key's max); remove forget_idle_keys_after");
+    }
+  }
+
+  // A lock service's (or the fence store's) timeout: a raise waits this long for the answer, at
+  // most a minute. why: what waits, for the message.
+  void LockServiceTimeout(const Entry& e, const std::string& path, std::chrono::milliseconds* field,
+                          std::string_view why = "a raise waits this long for the lock service") {
     std::chrono::milliseconds value{};
     if (!Checked(e, path, CheckDuration, &value)) return;
     if (value > kMaxLockServiceTimeout) {
-      Error(At(e.value), path + ": must be at most 1m (a raise waits this long for the lock service)");
+      Error(At(e.value), path + ": must be at most 1m (" + std::string(why) + ")");
       return;
     }
     *field = value;
@@ -1062,6 +1178,7 @@ class Loader {
   // What the cross-key checks need to know about the top level.
   struct TopLevel {
     std::optional<Position> listen_at, admin_at, backend_at;  // where written
+    std::optional<Position> state_file_at, fence_store_at;      // their keys, where written
     bool listen_ok = true, admin_ok = true, backend_ok = false;
   } top_;
   std::optional<Position> buffered_at_;  // where limits.buffered_body_bytes was written (and valid)
@@ -1135,11 +1252,19 @@ const ConfigKey kKeys[] = {
            l.top_.backend_ok = l.Checked(e, path, CheckBackendUrl, &l.config_->backend);
            if (l.top_.backend_ok) l.config_->backend_url = e.value.Scalar();
          }},
+    // Restart-only: the store's membership lease, watch and loaded fences are set up at start-up,
+    // and a change of store or prefix would move every fence to another max. Before state_file,
+    // so that a reload moving between the two is refused naming fence_store.
+    {.section = KeySection::kTop, .name = "fence_store", .type = "mapping", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.fence_store == b.fence_store; },
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadFenceStore(e, path); }},
     {.section = KeySection::kTop, .name = "state_file", .type = "path", .required = true,
-     .required_hint = "where the highest tokens are kept", .restart_only = true,
+     .required_hint = "where the highest tokens are kept; or give fence_store, to keep them in etcd",
+     .required_unless = "fence_store", .restart_only = true,
      .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.state_file == b.state_file; },
      .load =
          [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.state_file_at = e.key_at;
            auto check = [](std::string_view text, std::string* out) -> std::string {
              if (text.empty()) return "must not be empty";
              *out = std::string(text);
@@ -1407,6 +1532,9 @@ const NestedConfigKeys kNestedKeys[] = {
     {"lock_services.NAME.etcd", kEtcdKeys},
     {"lock_services.NAME.etcd.tls", kTlsKeys},
     {"lock_services.NAME.zookeeper", kZooKeeperKeys},
+    {"fence_store", kFenceStoreKinds},
+    {"fence_store.etcd", kFenceStoreEtcdKeys},
+    {"fence_store.etcd.tls", kTlsKeys},
 };
 
 }  // namespace

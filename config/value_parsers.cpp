@@ -318,6 +318,24 @@ std::string CheckZooKeeperHosts(std::string_view text) {
 
 std::string CheckHostName(std::string_view text) { return CheckHost(text, false); }
 
+std::string CheckFenceStorePrefix(std::string_view text) {
+  static constexpr std::string_view kExample = " (a key prefix such as \"/fencing-proxy/orders-db\")";
+  if (text.empty()) return "must not be empty" + std::string(kExample);
+  if (text.front() != '/') return "must start with '/'" + std::string(kExample);
+  if (text.size() > kMaxFenceStorePrefixBytes) {
+    return "must be at most " + std::to_string(kMaxFenceStorePrefixBytes) + " bytes, got " +
+           std::to_string(text.size());
+  }
+  for (char c : text) {
+    // Printable ASCII only: the prefix is shown in logs, /fences and etcdctl output as written.
+    if (c <= ' ' || c > '~') return "may contain only printable ASCII characters, without spaces";
+  }
+  if (text.size() == 1) return "must name something under '/', such as \"/fencing-proxy/orders-db\"";
+  if (text.back() == '/') return "must not end with '/' (the store adds \"/members/\", \"/max/\", ... after it)";
+  if (text.find("//") != std::string_view::npos) return "must not contain an empty segment (\"//\")";
+  return "";
+}
+
 std::string CheckLockTemplate(std::string_view text) {
   static constexpr std::string_view kPlaceholder = "{key}";
   if (text.empty()) return "must not be empty";

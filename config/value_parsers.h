@@ -25,6 +25,13 @@ inline constexpr std::chrono::milliseconds kMaxLockServiceTimeout = std::chrono:
 // smallest sensible tickTime); servers clamp it to 2..20 tickTimes anyway.
 inline constexpr std::chrono::milliseconds kMinZooKeeperSession = std::chrono::seconds(2);
 inline constexpr std::chrono::milliseconds kMaxZooKeeperSession = std::chrono::minutes(10);
+// A fence store's membership lease. Below 2s a renewal every ttl/3 leaves no room for one slow
+// etcd answer; above 5m a dead proxy holds every raise of its prefix back for that long.
+inline constexpr std::chrono::seconds kMinMemberTtl{2};
+inline constexpr std::chrono::seconds kMaxMemberTtl{300};
+// A fence store's key prefix: every key the store writes starts with it, and etcd's request size
+// limit is shared with the fence name and key after it.
+inline constexpr size_t kMaxFenceStorePrefixBytes = 256;
 
 std::string CheckDuration(std::string_view text, std::chrono::milliseconds* out);
 std::string CheckSize(std::string_view text, uint64_t* out);
@@ -45,6 +52,9 @@ std::string CheckZooKeeperHosts(std::string_view text);
 // A route's verify lock, for any service: non-empty, no control characters, no trailing '/'
 // (the etcd holder's key is under LOCK/), and no placeholder but "{key}".
 std::string CheckLockTemplate(std::string_view text);
+// A fence store's etcd key prefix: "/name[/name...]", printable ASCII without spaces, no empty
+// segment and no trailing '/' (the store appends "/members/...", "/max/..."), at most 256 bytes.
+std::string CheckFenceStorePrefix(std::string_view text);
 // A host name or IP address without brackets or port (a TLS server_name).
 std::string CheckHostName(std::string_view text);
 

@@ -13,6 +13,7 @@
 #include "server/proxy_server.h"
 #include "state/state_store.h"
 #include "state/state_writer.h"
+#include "store/etcd_fence_store.h"
 
 #include <CLI/CLI.hpp>
 
@@ -49,10 +50,21 @@ int RunCheck(const std::string& config_path) {
     return kExitFailure;
   }
   const ProxyConfig& config = *result.config;
-  std::string state_summary = "state file " + config.state_file + " not created yet";
+  std::string state_summary;
+  if (config.fence_store) {
+    // The fences are in etcd: there is no state file to open, and --check does not connect (as
+    // it does not for lock services), so it stays an offline check of the file.
+    std::string endpoints;
+    for (const std::string& endpoint : config.fence_store->etcd.endpoints) {
+      endpoints += (endpoints.empty() ? "" : ",") + endpoint;
+    }
+    state_summary = "fence store etcd " + endpoints + " prefix " + config.fence_store->prefix;
+  } else {
+    state_summary = "state file " + config.state_file + " not created yet";
+  }
   std::unique_ptr<StateStore> store;
   OpenOptions options{.create_if_missing = false, .lock = false, .read_only = true};
-  if (::access(config.state_file.c_str(), F_OK) == 0) {
+  if (!config.fence_store && ::access(config.state_file.c_str(), F_OK) == 0) {
     if (Status s = StateStore::Open(config.state_file, options, &store); !s.ok()) {
       std::cerr << s.message() << "\n";
       return kExitFailure;
@@ -85,28 +97,51 @@ int RunProxy(const std::string& config_path) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  Metrics metrics;
+  std::unique_ptr<FenceRegistry> registry;
+  // Where raises become durable: the state file (its store and writer), or etcd shared with the
+  // other proxies of the prefix.
   std::unique_ptr<StateStore> store;
-  if (Status s = StateStore::Open(config->state_file, OpenOptions{}, &store); !s.ok()) {
-    LogError("cannot open the state file; not starting", {{"error", s.message()}});
-    return kExitFailure;
+  std::unique_ptr<StateWriter> writer;
+  std::unique_ptr<EtcdFenceStore> shared;
+  FenceMaxima maxima;
+  FenceKeyMaxima keys;
+  if (config->fence_store) {
+    std::string error;
+    // Long enough for an etcd that is just starting beside the proxy (a pod's first seconds).
+    const auto wait = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 3 * config->fence_store->etcd.timeout);
+    shared = EtcdFenceStore::Open(*config->fence_store, config->timeouts.request, wait, &metrics, &error);
+    if (!shared) {
+      LogError("cannot reach the shared fence store; not starting", {{"error", error}});
+      return kExitFailure;
+    }
+    maxima = shared->maxima();
+    keys = shared->TakeKeyMaxima();
+  } else {
+    if (Status s = StateStore::Open(config->state_file, OpenOptions{}, &store); !s.ok()) {
+      LogError("cannot open the state file; not starting", {{"error", s.message()}});
+      return kExitFailure;
+    }
+    // Read now: the writer owns the store from here. The keys move out of the store (at a
+    // million keys the registry holds the only copy in memory).
+    maxima = store->maxima();
+    keys = store->TakeKeyMaxima();
   }
-  // Read now: the writer owns the store from here. The keys move out of the store (at a million
-  // keys the registry holds the only copy in memory).
-  const FenceMaxima maxima = store->maxima();
-  FenceKeyMaxima keys = store->TakeKeyMaxima();
   const bool replayed_keys = !keys.empty();
   const size_t fences_at_start = maxima.size();
 
-  Metrics metrics;
-  std::unique_ptr<FenceRegistry> registry;
-  std::unique_ptr<StateWriter> writer;
-  writer = std::make_unique<StateWriter>(
-      *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); },
-      [&](bool ok, double) {
-        metrics.state_compactions(ok).Increment();
-        if (!ok && writer->failed()) registry->MarkStateFailed("a compaction could not be made durable");
-      });
-  registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *writer, metrics);
+  if (shared) {
+    registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *shared, metrics);
+    shared->Attach(*registry);
+  } else {
+    writer = std::make_unique<StateWriter>(
+        *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); },
+        [&](bool ok, double) {
+          metrics.state_compactions(ok).Increment();
+          if (!ok && writer->failed()) registry->MarkStateFailed("a compaction could not be made durable");
+        });
+    registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *writer, metrics);
+  }
   registry->StartSweeper(kFenceSweepInterval);
   // The lock services the routes verify raises with (restart-only: a reload keeps these). Their
   // clients connect in the background: a lock service that is down at start only makes raises
@@ -124,6 +159,9 @@ int RunProxy(const std::string& config_path) {
   auto stop_serving = [&] {
     server->Stop();
     lock_services->Stop();
+    // The membership goes last: until the workers have stopped, another proxy's raise must
+    // still wait for this one.
+    if (shared) shared->Stop();
   };
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
@@ -138,17 +176,19 @@ int RunProxy(const std::string& config_path) {
   // /readyz ignores the lock services: equal tokens are served without them, so an outage must
   // not take the pod out of its Service.
   auto admin = std::make_unique<AdminServer>(
-      config->admin_listen, metrics, *registry, [&] { return !server->draining() && registry->healthy(); },
-      lock_services.get());
+      config->admin_listen, metrics, *registry,
+      [&] { return !server->draining() && registry->healthy() && (!shared || shared->gate()->Open()); },
+      lock_services.get(), shared.get());
   if (Status s = admin->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
     stop_serving();
     return kExitFailure;
   }
-  LogInfo("fencing-proxy started", {{"version", Version()},
-                                    {"config", config_path},
-                                    {"state_file", config->state_file},
-                                    {"fences", fences_at_start}});
+  LogInfo("fencing-proxy started",
+          {{"version", Version()},
+           {"config", config_path},
+           {shared ? "fence_store" : "state_file", shared ? config->fence_store->prefix : config->state_file},
+           {"fences", fences_at_start}});
 
   ConfigReloader reloader(config_path, config, metrics,
                           [&server](std::shared_ptr<const ProxyConfig> loaded) { server->Reload(std::move(loaded)); });
@@ -197,7 +237,8 @@ int main(int argc, char** argv) {
   bool version = false;
   std::string log_level = "info";
   app.add_option("--config", config_path, "route file (or FENCING_PROXY_CONFIG)");
-  app.add_flag("--check", check, "validate the route file and the state file, then exit (0 valid, 1 invalid)");
+  app.add_flag("--check", check,
+               "validate the route file and the state file (none with a fence_store), then exit (0 valid, 1 invalid)");
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--log-level", log_level, "debug, info, warn or error")->check(CLI::IsMember({"debug", "info", "warn", "error"}));
 

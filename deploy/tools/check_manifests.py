@@ -120,9 +120,6 @@ def check(objects, sidecar, readme, c):
     pod = spec["template"]["spec"]
     pod_labels = spec["template"]["metadata"].get("labels") or {}
 
-    c.group("rollout: one pod, Recreate")
-    c.expect((spec.get("strategy") or {}).get("type") == "Recreate", "Deployment %s: strategy.type must be Recreate" % name)
-    c.expect(spec.get("replicas", 1) == 1, "Deployment %s: replicas must be 1" % name)
     c.expect(not pod.get("hostNetwork"), "Deployment %s: hostNetwork would put the app's 127.0.0.1 on the node" % name)
 
     c.group("sidecar (%s)" % sidecar)
@@ -172,6 +169,29 @@ def check(objects, sidecar, readme, c):
         c.expect(backend.group(1) in LOOPBACK, "backend must be on loopback (the app binds 127.0.0.1 only), got %s" % backend.group(1))
     backend_port = int(backend.group(2) or 80) if backend else None
 
+    # With a fence store the fences live in etcd and every replica shares them; with a state
+    # file there must be exactly one pod per file.
+    store = (routes.get("fence_store") or {}).get("etcd") if isinstance(routes.get("fence_store"), dict) else None
+    if routes.get("fence_store") is None:
+        c.group("rollout: one pod, Recreate")
+        c.expect((spec.get("strategy") or {}).get("type") == "Recreate", "Deployment %s: strategy.type must be Recreate" % name)
+        c.expect(spec.get("replicas", 1) == 1, "Deployment %s: replicas must be 1" % name)
+    else:
+        c.group("shared fences in etcd")
+        if c.expect(isinstance(store, dict), "fence_store must have an etcd mapping"):
+            c.expect("state_file" not in routes, "fence_store and state_file exclude each other")
+            endpoints = store.get("endpoints") or []
+            c.expect(endpoints, "fence_store.etcd.endpoints is empty")
+            for e in endpoints:
+                m = re.fullmatch(r"https?://(\[[^\]]+\]|[^:/]+):\d+/?", str(e))
+                if c.expect(m, "fence_store endpoint %r is not http(s)://host:port" % e):
+                    c.expect(m.group(1) not in LOOPBACK,
+                             "fence_store endpoint %s is on loopback: an etcd per pod gives each pod fences of its own" % e)
+            c.expect(str(store.get("prefix", "")).startswith("/"), "fence_store.etcd.prefix must start with /")
+            c.expect(not any((volumes.get(m["name"], {}) or {}).get("persistentVolumeClaim")
+                             for m in proxy.get("volumeMounts") or []),
+                     "%s: a PersistentVolumeClaim is mounted, but with a fence store the proxy keeps no state" % PROXY)
+
     c.group("ports and probes on the admin port")
     ports = {p.get("containerPort") for p in proxy.get("ports") or []}
     c.expect(listen_port in ports, "%s: containerPort %d (listen) not declared" % (PROXY, listen_port))
@@ -217,10 +237,11 @@ def check(objects, sidecar, readme, c):
             c.expect(target == listen_port, "Service %s: targetPort %r is not the proxy's listen port %d"
                      % (svc["metadata"]["name"], target, listen_port))
 
-    c.group("state file on the app's PersistentVolume")
-    state_dir = posixpath.dirname(routes["state_file"])
-    state_mount = mounts.get(state_dir)
-    if c.expect(state_mount, "%s: nothing mounted at %s (the state file's directory)" % (PROXY, state_dir)):
+    state_dir = posixpath.dirname(routes["state_file"]) if store is None else None
+    if state_dir is not None:
+        c.group("state file on the app's PersistentVolume")
+    state_mount = mounts.get(state_dir) if state_dir is not None else None
+    if state_dir is not None and c.expect(state_mount, "%s: nothing mounted at %s (the state file's directory)" % (PROXY, state_dir)):
         claim = (volumes.get(state_mount["name"], {}).get("persistentVolumeClaim") or {}).get("claimName")
         if c.expect(claim, "%s: %s must be a PersistentVolumeClaim volume" % (PROXY, state_dir)):
             app_claims = {(volumes.get(m["name"], {}).get("persistentVolumeClaim") or {}).get("claimName")
@@ -289,7 +310,7 @@ def check(objects, sidecar, readme, c):
     wanted_alerts = {"FencingProxyDown", "FencingProxyStateWriteFailing", "FencingProxyConfigReloadFailing",
                      "FencingProxyStaleRejectionsHigh", "FencingProxyRaiseWaitHigh", "FencingProxyUpstreamErrorsHigh",
                      "FencingProxyConnectionsNearMax", "FencingProxyLockServiceUnavailable",
-                     "FencingProxyUnverifiedRaises"}
+                     "FencingProxyUnverifiedRaises", "FencingProxyFenceStoreUnavailable"}
     seen = set()
     for rule_obj in rules:
         for group in rule_obj["spec"].get("groups") or []:
@@ -310,7 +331,8 @@ def check(objects, sidecar, readme, c):
     wanted_metrics = {"fencing_proxy_requests_total", "fencing_proxy_max_token", "fencing_proxy_raise_wait_seconds",
                       "fencing_proxy_state_sync_seconds", "fencing_proxy_upstream_request_seconds",
                       "fencing_proxy_inflight_requests", "fencing_proxy_connections",
-                      "fencing_proxy_lock_service_requests_total", "fencing_proxy_lock_service_seconds"}
+                      "fencing_proxy_lock_service_requests_total", "fencing_proxy_lock_service_seconds",
+                      "fencing_proxy_fence_store_members", "fencing_proxy_fence_store_seconds"}
     for cm in dashboards:
         for key, text in (cm.get("data") or {}).items():
             try:
@@ -377,10 +399,33 @@ MUTATIONS = {
                                                for ct in _pod(o)["containers"] if ct["name"] != PROXY],
 }
 
+# Only for a state file (one pod, its volume) or only for a fence store (etcd, no volume).
+STATE_FILE_MUTATIONS = {"RollingUpdate", "state on an emptyDir"}
+FENCE_STORE_MUTATIONS = {
+    "etcd on loopback": lambda o: _routes(o, lambda t: re.sub(r"endpoints: \[[^\]]*\]",
+                                                              'endpoints: ["http://127.0.0.1:2379"]', t)),
+    "state_file beside fence_store": lambda o: _routes(o, lambda t: t + '\nstate_file: "/var/lib/fencing-proxy/fences.log"\n'),
+    "a volume claim in the proxy": lambda o: [
+        _pod(o)["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": "legacy-app-data"}}),
+        _proxy(o)["volumeMounts"].append({"name": "data", "mountPath": "/var/lib/fencing-proxy"})],
+}
+
+
+def _uses_fence_store(objects):
+    for obj in objects:
+        if obj.get("kind") == "ConfigMap" and "routes.yaml" in (obj.get("data") or {}):
+            return "fence_store" in (yaml.safe_load(obj["data"]["routes.yaml"]) or {})
+    return False
+
 
 def self_test(objects, sidecar, readme):
     failures = []
-    for name, mutate in MUTATIONS.items():
+    if _uses_fence_store(objects):
+        mutations = {k: v for k, v in MUTATIONS.items() if k not in STATE_FILE_MUTATIONS}
+        mutations.update(FENCE_STORE_MUTATIONS)
+    else:
+        mutations = MUTATIONS
+    for name, mutate in mutations.items():
         broken = copy.deepcopy(objects)
         mutate(broken)
         c = Checker()
@@ -390,7 +435,7 @@ def self_test(objects, sidecar, readme):
             c.problems.append(str(e))
         if not c.problems:
             failures.append(name)
-    print("  self-test: %d of %d broken variants caught" % (len(MUTATIONS) - len(failures), len(MUTATIONS)))
+    print("  self-test: %d of %d broken variants caught" % (len(mutations) - len(failures), len(mutations)))
     for name in failures:
         print("  PROBLEM: self-test: not caught: " + name)
     return failures

@@ -5,6 +5,7 @@
 #include "fence/fence_registry.h"
 #include "http/rules.h"
 #include "lockservice/lock_services.h"
+#include "store/etcd_fence_store.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -35,7 +36,7 @@ constexpr auto kAdminTimeout = std::chrono::seconds(10);
 
 http::response<http::string_body> Answer(const http::request<http::string_body>& req, Metrics& metrics,
                                          FenceRegistry& registry, const LockServiceSet* lock_services,
-                                         const std::function<bool()>& ready) {
+                                         const EtcdFenceStore* fence_store, const std::function<bool()>& ready) {
   http::response<http::string_body> res{http::status::ok, req.version()};
   std::string_view path = req.target();
   path = path.substr(0, path.find('?'));
@@ -56,12 +57,14 @@ http::response<http::string_body> Answer(const http::request<http::string_body>&
       res.body() = "ready\n";
     } else {
       res.result(http::status::service_unavailable);
-      res.body() = registry.healthy() ? "not ready: shutting down\n"
-                                      : "not ready: the state file failed; restart the proxy\n";
+      res.body() = !registry.healthy() ? "not ready: the state file failed; restart the proxy\n"
+                   : fence_store && !fence_store->gate()->Open()
+                       ? "not ready: not a member of the shared fence store (etcd unreachable, or registering)\n"
+                       : "not ready: shutting down\n";
     }
   } else if (path == "/fences") {
     res.set(http::field::content_type, "application/json");
-    res.body() = FencesJson(registry, lock_services);
+    res.body() = FencesJson(registry, lock_services, fence_store);
   } else if (path.starts_with("/fences/")) {
     res.set(http::field::content_type, "application/json");
     std::string_view target = req.target();
@@ -83,7 +86,8 @@ http::response<http::string_body> Answer(const http::request<http::string_body>&
 }
 
 asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegistry& registry,
-                                 const LockServiceSet* lock_services, std::function<bool()> ready) {
+                                 const LockServiceSet* lock_services, const EtcdFenceStore* fence_store,
+                                 std::function<bool()> ready) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -93,7 +97,7 @@ asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegi
     stream.expires_after(kAdminTimeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
     if (ec) break;
-    auto res = Answer(parser.get(), metrics, registry, lock_services, ready);
+    auto res = Answer(parser.get(), metrics, registry, lock_services, fence_store, ready);
     bool keep_alive = res.keep_alive();
     auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
     if (wec || !keep_alive) break;
@@ -103,12 +107,13 @@ asio::awaitable<void> ServeAdmin(tcp::socket socket, Metrics& metrics, FenceRegi
 }
 
 asio::awaitable<void> AcceptAdmin(tcp::acceptor& acceptor, Metrics& metrics, FenceRegistry& registry,
-                                  const LockServiceSet* lock_services, std::function<bool()> ready) {
+                                  const LockServiceSet* lock_services, const EtcdFenceStore* fence_store,
+                                  std::function<bool()> ready) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) continue;
-    asio::co_spawn(acceptor.get_executor(), ServeAdmin(std::move(socket), metrics, registry, lock_services, ready),
+    asio::co_spawn(acceptor.get_executor(), ServeAdmin(std::move(socket), metrics, registry, lock_services, fence_store, ready),
                    asio::detached);
   }
 }
@@ -195,7 +200,8 @@ std::string FenceJson(const FenceRegistry& registry, std::string_view name, std:
   return Error("no such fence");
 }
 
-std::string FencesJson(const FenceRegistry& registry, const LockServiceSet* lock_services) {
+std::string FencesJson(const FenceRegistry& registry, const LockServiceSet* lock_services,
+                       const EtcdFenceStore* fence_store) {
   boost::json::object fences;
   for (const auto& entry : registry.Snapshot()) {
     boost::json::object fence;
@@ -230,15 +236,38 @@ std::string FencesJson(const FenceRegistry& registry, const LockServiceSet* lock
     }
   }
   doc["lock_services"] = std::move(services);
+  if (fence_store) {
+    const EtcdFenceStore::Status status = fence_store->status();
+    boost::json::object store;
+    store["kind"] = "etcd";
+    store["endpoints"] = status.endpoints;
+    store["prefix"] = status.prefix;
+    store["member_id"] = status.member_id;
+    store["members"] = status.members;
+    store["gate_open"] = status.gate_open;
+    store["gate_seconds_left"] = status.gate_seconds_left;
+    store["raises"] = status.raises;
+    store["acks"] = status.acks;
+    store["raises_refused"] = status.raises_refused;
+    if (status.last_error.empty()) {
+      store["last_error"] = nullptr;
+    } else {
+      store["last_error"] = status.last_error;
+      store["last_error_seconds_ago"] = status.last_error_seconds_ago;
+    }
+    doc["fence_store"] = std::move(store);
+  }
   return boost::json::serialize(doc) + "\n";
 }
 
 AdminServer::AdminServer(const HostPort& listen, Metrics& metrics, FenceRegistry& registry,
-                         std::function<bool()> ready, const LockServiceSet* lock_services)
+                         std::function<bool()> ready, const LockServiceSet* lock_services,
+                         const EtcdFenceStore* fence_store)
     : listen_(listen),
       metrics_(metrics),
       registry_(registry),
       lock_services_(lock_services),
+      fence_store_(fence_store),
       ready_(std::move(ready)),
       acceptor_(ioc_) {}
 
@@ -257,7 +286,7 @@ Status AdminServer::Start() {
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Error("cannot listen on admin address " + listen_.ToString() + ": " + ec.message());
-  asio::co_spawn(ioc_, AcceptAdmin(acceptor_, metrics_, registry_, lock_services_, ready_), asio::detached);
+  asio::co_spawn(ioc_, AcceptAdmin(acceptor_, metrics_, registry_, lock_services_, fence_store_, ready_), asio::detached);
   thread_ = std::thread([this] { ioc_.run(); });
   LogInfo("admin listening", {{"admin_listen", listen_.ToString()}});
   return Status::Ok();

@@ -62,6 +62,21 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                .Name("fencing_proxy_lock_service_seconds")
                                .Help("Time a lock service took to say who holds a lock (a raise's verification).")
                                .Register(*registry_);
+  fence_store_members_ = &BuildGauge()
+                              .Name("fencing_proxy_fence_store_members")
+                              .Help("Proxies registered in the shared fence store's prefix, this one included, as "
+                                    "its watch sees them (0 with the state file).")
+                              .Register(*registry_)
+                              .Add({});
+  auto& fence_store_seconds = BuildHistogram()
+                                  .Name("fencing_proxy_fence_store_seconds")
+                                  .Help("Shared fence store (etcd): raise (pending written to committed, as the "
+                                        "raiser sees it), ack (acknowledged to committed or withdrawn), txn (one "
+                                        "transaction), keepalive (one membership renewal), load (a full read).")
+                                  .Register(*registry_);
+  for (const char* op : {"raise", "ack", "txn", "keepalive", "load"}) {
+    fence_store_seconds_[op] = &fence_store_seconds.Add({{"op", op}}, kLatencyBuckets);
+  }
   state_sync_seconds_ = &BuildHistogram()
                              .Name("fencing_proxy_state_sync_seconds")
                              .Help("Duration of one write and fdatasync of the state file.")
@@ -154,6 +169,10 @@ const LockServiceMetrics& Metrics::ForLockService(std::string_view service) {
   metrics->unavailable = &lock_service_requests_total_->Add({{"service", name}, {"result", "unavailable"}});
   metrics->seconds = &lock_service_seconds_->Add({{"service", name}}, kLatencyBuckets);
   return *lock_services_.emplace(std::move(name), std::move(metrics)).first->second;
+}
+
+void Metrics::Observe(std::string_view op, double seconds) const {
+  if (auto it = fence_store_seconds_.find(op); it != fence_store_seconds_.end()) it->second->Observe(seconds);
 }
 
 std::string Metrics::Serialize() const {

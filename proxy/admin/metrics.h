@@ -6,6 +6,7 @@
 #include "fence/fence_observer.h"
 #include "http/outcome.h"
 #include "lockservice/lock_services.h"
+#include "store/etcd_fence_store.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -69,7 +70,7 @@ struct LockServiceMetrics final : LockServiceObserver {
   }
 };
 
-class Metrics final : public FenceRegistryObserver {
+class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
  public:
   Metrics();
 
@@ -78,6 +79,9 @@ class Metrics final : public FenceRegistryObserver {
   const FenceMetrics& ForFence(std::string_view fence) override;
   void StateWriteFailed() override { state_write_failures_->Increment(); }
   const LockServiceMetrics& ForLockService(std::string_view service);
+  // The shared fence store (fence_store_members, fence_store_seconds{op}).
+  void Members(int64_t members) const override { fence_store_members_->Set(static_cast<double>(members)); }
+  void Observe(std::string_view op, double seconds) const override;
 
   prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
   prometheus::Gauge& connections() { return *connections_; }
@@ -104,6 +108,8 @@ class Metrics final : public FenceRegistryObserver {
   prometheus::Family<prometheus::Histogram>* raise_wait_seconds_;
   prometheus::Family<prometheus::Counter>* lock_service_requests_total_;
   prometheus::Family<prometheus::Histogram>* lock_service_seconds_;
+  prometheus::Gauge* fence_store_members_;
+  std::map<std::string, prometheus::Histogram*, std::less<>> fence_store_seconds_;  // by op, made up front
   prometheus::Histogram* state_sync_seconds_;
   prometheus::Gauge* connections_;
   prometheus::Counter* connections_refused_;

@@ -23,15 +23,23 @@
 // A request that failed after it was sent may be resent to the next endpoint: callers send only
 // requests for which that is harmless (reads; a txn whose compare fails the second time).
 //
-// Streaming calls: see Watch and LeaseKeepAlive below.
-// chunked bodies of one JSON object per message, {"result": ...} or {"error": ...}) go beside
-// Call as a Stream(path, first request, on_message, on_end) that owns a connection of its own,
-// never a pooled one, reads the body with a buffer_body parser and splits it at each message.
-// They reuse Connect/Authenticate below and the endpoint order; they need no change to Call.
+// Streaming calls: the gateway answers /v3/watch and /v3/lease/keepalive with a chunked body of
+// one JSON object per message, {"result": ...} or {"error": ...}.
+//   - LeaseKeepAlive sends one message with Content-Length; etcd then sees the end of the
+//     request stream after it, answers that one message and ends the response, so a keep-alive
+//     round is an ordinary call (deadline, endpoints, pooled connections, auth) whose answer is
+//     unwrapped from {"result": ...}.
+//   - Watch owns a connection of its own, never a pooled one, reads the body as it comes and
+//     splits it at each message. Only connect + authenticate + the "created" message have a
+//     deadline (the config's timeout); after that a watch lasts until etcd or the connection ends
+//     it, or Cancel. TCP keep-alive probes (after 10 s idle) notice a peer that vanished without
+//     a word.
 
 #include "config/config.h"
 
 #include <boost/json/object.hpp>
+
+#include <chrono>
 
 #include <cstdint>
 #include <functional>
@@ -69,6 +77,57 @@ struct Endpoint {
 // "http://host:port" or "https://host:port" (no path, no user info). False with an error otherwise.
 bool ParseEndpoint(std::string_view text, Endpoint* out, std::string* error);
 
+// One key-value as etcd returns it (a range's "kvs", a watch event's "kv"). A deleted key's kv in
+// a watch event carries only key and mod_revision (the delete's revision).
+struct KeyValue {
+  std::string key, value;  // bytes, decoded from base64
+  int64_t create_revision = 0, mod_revision = 0, version = 0, lease = 0;
+};
+// False with a readable error when a field has the wrong type or the key is missing or not base64
+// (the value may be absent: proto3 leaves out empty bytes).
+bool ReadKeyValue(const boost::json::object& kv, KeyValue* out, std::string* error);
+
+// A RangeResponse (the answer of /v3/kv/range, or a txn's "response_range"): its kvs (in etcd's
+// order) and whether there are more keys past its limit.
+bool ReadRange(const boost::json::object& range_response, std::vector<KeyValue>* out, bool* more, std::string* error);
+
+// response.header.revision; 0 when absent or not an int64.
+int64_t HeaderRevision(const boost::json::object& response);
+
+// The request of /v3/kv/range, and of a txn op's request_range. range_end empty: key alone;
+// revision 0: the newest; limit 0: no limit.
+boost::json::object RangeRequest(std::string_view key, std::string_view range_end = {}, int64_t revision = 0,
+                                 int64_t limit = 0);
+
+// A txn compare: key's mod revision == revision (0: the key does not exist).
+boost::json::object CompareModRevision(std::string_view key, int64_t revision);
+
+// Txn ops: {"request_put": ...} (lease 0: none), {"request_delete_range": ...} of one key,
+// {"request_range": ...}.
+boost::json::object PutOp(std::string_view key, std::string_view value, int64_t lease = 0);
+boost::json::object DeleteOp(std::string_view key);
+boost::json::object RangeOp(std::string_view key, std::string_view range_end = {});
+
+// The body of /v3/kv/txn.
+boost::json::object Txn(std::vector<boost::json::object> compare, std::vector<boost::json::object> success,
+                        std::vector<boost::json::object> failure);
+
+struct TxnResult {
+  bool succeeded = false;
+  int64_t revision = 0;  // the header's: the txn's revision when it wrote, else the store's
+  // responses[i]: the i-th op's (of the branch taken) inner object, e.g. the response_range
+  // object itself (ReadRange reads it).
+  std::vector<boost::json::object> responses;
+};
+bool ReadTxn(const boost::json::object& response, TxnResult* out, std::string* error);
+
+struct WatchEvent {
+  enum class Type { kPut, kDelete } type = Type::kPut;  // proto3 JSON leaves out PUT (0)
+  KeyValue kv;
+};
+// The events of one WatchResponse ("events" absent: none).
+bool ReadWatchEvents(const boost::json::object& watch_response, std::vector<WatchEvent>* out, std::string* error);
+
 }  // namespace etcd
 
 // The outcome of one unary call.
@@ -98,8 +157,51 @@ class EtcdClient {
   // with the response object or an error. After Stop, done is called at once with an error.
   void Call(std::string path, boost::json::object request, Callback done);
 
-  // Completes every pending call with an error ("etcd client stopped"), closes the connections
-  // and joins the thread. Idempotent; must not be called from a callback.
+  // ---- Leases. done runs exactly once on the client's thread; id and ttl_seconds are 0 on error.
+  using LeaseCallback = std::function<void(EtcdResult result, int64_t id, int64_t ttl_seconds)>;
+  // /v3/lease/grant; the id is chosen by etcd, ttl_seconds is the TTL etcd granted.
+  void LeaseGrant(int64_t ttl_seconds, LeaseCallback done);
+  // One keep-alive round. ttl_seconds 0 (with an ok result): the lease is gone (expired or
+  // revoked; etcd does not call that an error).
+  void LeaseKeepAlive(int64_t id, LeaseCallback done);
+  // /v3/lease/revoke: the lease and every key attached to it are deleted. An unknown lease is an
+  // error (gRPC code 5, "requested lease not found").
+  void LeaseRevoke(int64_t id, Callback done);
+
+  // ---- Watches.
+  struct WatchOptions {
+    std::string key, range_end;   // range_end empty: key alone (etcd::PrefixRangeEnd for a prefix)
+    int64_t start_revision = 0;   // 0: from the next revision on
+    bool progress_notify = true;  // etcd sends an empty message now and then (every 10 min by default)
+  };
+  struct WatchEnd {
+    enum class Reason {
+      kCompacted,  // start_revision is compacted: read again at compact_revision or later, watch again
+      kError,      // connection, etcd (canceled, error message) or start-up timeout; error says which
+      kCancelled,  // WatchHandle::Cancel
+    } reason = Reason::kError;
+    int64_t compact_revision = 0;  // kCompacted
+    std::string error;             // kError: readable
+  };
+  class WatchHandle {
+   public:
+    virtual ~WatchHandle() = default;
+    // From any thread (a callback too), idempotent: on_end(kCancelled) follows unless the watch has
+    // already ended. Dropping the handle does not cancel.
+    virtual void Cancel() = 0;
+  };
+  // revision: the message's header.revision. Also called with no events for the "created" message
+  // (the first) and for progress notifications.
+  using WatchEvents = std::function<void(int64_t revision, std::vector<etcd::WatchEvent> events)>;
+  using WatchEnded = std::function<void(WatchEnd)>;
+  // Starts a watch; on_events and on_end run on the client's thread, on_end exactly once and
+  // nothing after it. Stop ends every watch with kError "etcd client stopped"; after Stop, on_end
+  // is called at once (inside Watch, as Call does: the client's thread is gone).
+  std::shared_ptr<WatchHandle> Watch(WatchOptions options, WatchEvents on_events, WatchEnded on_end);
+
+  // Completes every pending call with an error ("etcd client stopped"), ends every watch (kError,
+  // the same words), closes the connections and joins the thread. Idempotent; must not be called
+  // from a callback.
   void Stop();
 
   std::chrono::milliseconds timeout() const;

@@ -109,6 +109,34 @@ KeyLookup FenceKeys::Acquire(std::string_view key, uint64_t token, bool may_crea
   return {FenceRef(&active->fence, &active->pins), Admission::kAdmitted, 0};
 }
 
+void FenceKeys::NoteCommitted(std::string_view key, uint64_t max) {
+  const size_t hash = Hash()(key);
+  Shard& shard = ShardFor(hash);
+  FenceRef pinned;
+  {
+    std::lock_guard lock(shard.mu);
+    auto it = shard.map.find(HashedKey{key, hash});
+    if (it == shard.map.end()) {
+      if (max <= floor_.load(std::memory_order_acquire)) return;
+      count_.fetch_add(1, std::memory_order_relaxed);
+      shard.map.emplace(PackedKey(key), Slot{max, nullptr, Tick(clock_()), false});
+      if (observer_) observer_->KeysChanged(1);
+      key_observer_.MaxToken(max);
+      return;
+    }
+    Slot& slot = it->second;
+    if (!slot.active) {
+      slot.max = std::max(slot.max, max);
+      key_observer_.MaxToken(slot.max);
+      return;
+    }
+    slot.active->pins.fetch_add(1, std::memory_order_relaxed);
+    pinned = FenceRef(&slot.active->fence, &slot.active->pins);
+  }
+  // Outside the shard lock: the Fence may resolve its waiters.
+  pinned->RemoteCommitted(max);
+}
+
 FenceKeys::Active* FenceKeys::Activate(std::string_view key, Slot& slot, Shard& shard) {
   FencePersister& persister = *this;
   auto* active = new Active(std::string(key), slot.max, persister, state_failed_, clock_, &key_observer_, gate_);

@@ -137,6 +137,12 @@ class FenceKeys : private FencePersister {
   // token decides only whether an unknown key is worth creating.
   KeyLookup Acquire(std::string_view key, uint64_t token, bool may_create = true);
 
+  // The shared store: max is the key's committed max (raised by another proxy). An active key's
+  // Fence hears it (RemoteCommitted), an idle key's max is raised, an unknown key above the
+  // floor is made at it (beyond max_keys too: forgetting a committed max would let a lower
+  // token pass).
+  void NoteCommitted(std::string_view key, uint64_t max);
+
   // Read-only (admin): the key's snapshot, or nullopt for a key the fence does not hold.
   std::optional<FenceSnapshot> Find(std::string_view key) const;
   KeyedFenceSnapshot Snapshot() const;

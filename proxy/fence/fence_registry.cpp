@@ -157,15 +157,24 @@ FenceRef FenceRegistry::ForShared(std::string_view fence, std::string_view key, 
   return std::move(lookup.fence);
 }
 
-void FenceRegistry::SharedMaxCommitted(std::string_view fence, std::string_view key, uint64_t max) {
-  std::lock_guard lock(mu_);
-  if (keyed_.contains(fence)) return;  // a keyed fence learns its keys' maxima through ForShared
+void FenceRegistry::SharedCommitted(std::string_view fence, std::string_view key, uint64_t max) {
   if (key.empty()) {
-    if (auto it = unclaimed_floors_.find(std::string(fence)); it != unclaimed_floors_.end()) {
-      it->second = std::max(it->second, max);
+    {
+      std::lock_guard lock(mu_);
+      if (keyed_.contains(fence)) return;  // a keyed fence's floor moves only by forgetting
+      if (auto it = unclaimed_floors_.find(std::string(fence)); it != unclaimed_floors_.end()) {
+        it->second = std::max(it->second, max);
+        return;
+      }
     }
+    GetOrCreate(fence).RemoteCommitted(max);
     return;
   }
+  if (FenceKeys* keyed = FindKeyed(fence)) {
+    keyed->NoteCommitted(key, max);
+    return;
+  }
+  std::lock_guard lock(mu_);
   auto& keys = unclaimed_keys_[std::string(fence)];
   auto [it, added] = keys.emplace(std::string(key), max);
   if (!added) it->second = std::max(it->second, max);

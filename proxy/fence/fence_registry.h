@@ -43,12 +43,14 @@ class FenceRegistry : private FencePersister, private KeyPersister {
   FenceKeys& GetOrCreateKeyed(std::string_view name, const KeySettings& settings);
   FenceKeys* FindKeyed(std::string_view name) const;
 
-  // The shared store: another proxy raises (or has raised) fence `fence`, or its key `key`, to
-  // token. The local Fence to tell, made if need be and pinned; null when no Fence here can admit
-  // writes for it: the key of a fence no route here keys (then only a committed max is noted,
-  // with SharedMaxCommitted, for a route that keys it later), or the floor of a keyed fence.
+  // The shared store: another proxy raises fence `fence`, or its key `key`, to token. The local
+  // Fence to tell (RemotePending), made if need be and pinned; null when no Fence here can admit
+  // writes for it: the key of a fence no route here keys, or the floor of a keyed fence.
   FenceRef ForShared(std::string_view fence, std::string_view key, uint64_t token);
-  void SharedMaxCommitted(std::string_view fence, std::string_view key, uint64_t max);
+  // ...and max is now its committed max: the Fence is told (RemoteCommitted), an idle key's
+  // max raised, an unknown key made at it, a key of a fence no route here keys kept for a route
+  // that keys it later.
+  void SharedCommitted(std::string_view fence, std::string_view key, uint64_t max);
 
   // False once a state write or sync has failed: fenced writes are refused, /readyz fails.
   bool healthy() const { return !state_failed_.load(std::memory_order_acquire); }

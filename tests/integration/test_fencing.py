@@ -272,6 +272,23 @@ class FencingTest(ProxyTestCase):
         self.assertEqual(result.returncode, 0,
                          "--check with an existing valid state file exits 0: %s" % result.stderr)
 
+    def test_check_with_a_fence_store(self):
+        """With fence_store the fences are in etcd: --check opens no state file (and does not
+        connect to etcd), and its summary names the store instead."""
+        path = os.path.join(self.workdir, "shared.yaml")
+        with open(path, "w") as f:
+            f.write('backend: "%s"\n'
+                    'fence_store:\n'
+                    '  etcd: {endpoints: ["http://127.0.0.1:1", "http://127.0.0.1:2"], prefix: /fp/orders}\n'
+                    'routes:\n  - name: orders\n    prefix: /orders\n' % self.backend.url)
+        before = sorted(os.listdir(self.workdir))
+        result = run_cli("--config", path, "--check")
+        self.assertEqual(result.returncode, 0, "--check with a fence_store exits 0: %s" % result.stderr)
+        self.assertIn("fence store etcd http://127.0.0.1:1,http://127.0.0.1:2 prefix /fp/orders", result.stdout,
+                      "--check names the fence store in its summary")
+        self.assertNotIn("state file", result.stdout, "--check speaks of no state file")
+        self.assertEqual(sorted(os.listdir(self.workdir)), before, "--check creates no file")
+
     def test_check_invalid_file(self):
         path = os.path.join(self.workdir, "bad.yaml")
         ports = (free_port(), free_port())

@@ -784,8 +784,9 @@ std::string Trim(std::string_view text) {
 }
 
 // The keys of a block-style file like reference.yaml: top-level keys at column 1, the keys of a
-// section indented under it, a route's keys after "- ". The body of lock_services is left out:
-// its keys are names the file chooses, and the keys under them are NestedKeys().
+// section indented under it, a route's keys after "- ". The bodies of lock_services and
+// fence_store are left out: the keys in them are NestedKeys() (and lock_services' are names the
+// file chooses).
 std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
   std::vector<WrittenKey> keys;
   KeySection nested = KeySection::kTop;
@@ -804,7 +805,7 @@ std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
     if (indent == 0) {
       keys.push_back({KeySection::kTop, name, value, number});
       nested = KeySection::kTop;
-      names = name == "lock_services";
+      names = name == "lock_services" || name == "fence_store";
       for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kRoute}) {
         if (SectionName(s) == name) nested = s;
       }
@@ -837,12 +838,38 @@ std::string ReadmeRow(const std::string& readme, std::string_view name) {
   return readme.substr(at + 1, readme.find('\n', at + 1) - at - 1);
 }
 
+// The reference file with its commented-out fence_store block ("# fence_store:" and the "#  "
+// lines after it) written instead of its state_file: the two exclude each other, so the file
+// shows the one the fewest use as a comment.
+std::string WithFenceStore(const std::string& reference) {
+  std::string out;
+  std::istringstream in(reference);
+  std::string line;
+  bool in_block = false;
+  while (std::getline(in, line)) {
+    if (line == "# fence_store:") {
+      in_block = true;
+    } else if (in_block && !line.starts_with("#  ")) {
+      in_block = false;
+    }
+    if (in_block) {
+      out += line.substr(2) + "\n";
+    } else if (!line.starts_with("state_file:")) {
+      out += line + "\n";
+    }
+  }
+  return out;
+}
+
 // The key table is the one list of keys: the reference file writes each of them with its
 // default and nothing else, and the operators' reference documents each one.
 TEST(ConfigExamplesTest, ReferenceWritesEveryKeyOfTheTable) {
   const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
   const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
-  const std::vector<WrittenKey> written = KeysWritten(reference);
+  std::vector<WrittenKey> written = KeysWritten(reference);
+  for (WrittenKey& w : KeysWritten(WithFenceStore(reference))) {
+    if (w.name == "fence_store") written.push_back(std::move(w));
+  }
   ASSERT_FALSE(written.empty());
   for (const ConfigKey& key : ConfigKeys()) {
     SCOPED_TRACE(key.Path());
@@ -896,6 +923,7 @@ bool WritesKey(const std::string& yaml, std::string_view name) {
 // are written in the reference file too, and a lock service's each have a row in the README.
 TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
   const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  const std::string with_fence_store = WithFenceStore(reference);
   const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
   ASSERT_FALSE(NestedKeys().empty());
   for (const NestedConfigKeys& nested : NestedKeys()) {
@@ -904,9 +932,10 @@ TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
       EXPECT_NE(readme.find(std::string(name)), std::string::npos);
       // "password" is known only to be refused with its own message: nothing to write or tabulate.
       if (name == "password") continue;
-      EXPECT_TRUE(WritesKey(reference, name)) << "reference.yaml does not write it";
-      // The README has a table for each block of a lock service.
-      if (nested.path.starts_with("lock_services.NAME.")) {
+      const bool store = nested.path.starts_with("fence_store");
+      EXPECT_TRUE(WritesKey(store ? with_fence_store : reference, name)) << "reference.yaml does not write it";
+      // The README has a table for each block of a lock service, and for the fence store's etcd.
+      if (nested.path.starts_with("lock_services.NAME.") || nested.path == "fence_store.etcd") {
         EXPECT_FALSE(ReadmeRow(readme, name).empty()) << "no README table row";
       }
     }
@@ -917,6 +946,49 @@ TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
   ASSERT_EQ(r.config->lock_services.size(), 3u);
   EXPECT_TRUE(r.config->lock_services[1].etcd.tls);
   EXPECT_EQ(r.config->routes[1].verify.lock, "/locks/objects/{key}");
+}
+
+// The reference's commented-out fence_store, written instead of state_file, loads: every key it
+// shows is valid, member_ttl and timeout at their defaults.
+TEST(ConfigExamplesTest, ReferenceFenceStoreLoads) {
+  const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  const std::string text = WithFenceStore(reference);
+  ASSERT_NE(text, reference);
+  // Its tenants route forgets idle keys, which the shared store does not: that is the one error.
+  const ConfigResult forgetting = ParseConfig(text, "reference.yaml+fence_store");
+  ASSERT_EQ(forgetting.errors.size(), 1u) << DumpErrors(forgetting);
+  EXPECT_NE(forgetting.errors[0].message.find("forget_idle_keys_after: not with fence_store"), std::string::npos);
+  const size_t forget = text.find("    forget_idle_keys_after:");
+  ASSERT_NE(forget, std::string::npos);
+  const ConfigResult r =
+      ParseConfig(text.substr(0, forget) + text.substr(text.find('\n', forget) + 1), "reference.yaml+fence_store");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  ASSERT_TRUE(r.config->fence_store.has_value());
+  const FenceStoreConfig& store = *r.config->fence_store;
+  EXPECT_TRUE(r.config->state_file.empty());
+  EXPECT_EQ(store.prefix, "/fencing-proxy/orders-db");
+  EXPECT_EQ(store.member_ttl, FenceStoreConfig{}.member_ttl);
+  EXPECT_EQ(store.etcd.timeout, EtcdClientConfig{}.timeout);
+  EXPECT_TRUE(store.etcd.tls);
+  EXPECT_FALSE(store.etcd.tls_settings.server_name.empty());
+  // As the file stands, there is no fence store.
+  const ConfigResult plain = ParseConfig(reference, "reference.yaml");
+  ASSERT_TRUE(plain.ok()) << DumpErrors(plain);
+  EXPECT_FALSE(plain.config->fence_store.has_value());
+}
+
+TEST(ConfigExamplesTest, SharedFencesLoadsAsDocumented) {
+  const ConfigResult r = LoadConfigFile(FP_SOURCE_DIR "/config/examples/shared-fences.yaml");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  EXPECT_TRUE(c.state_file.empty());
+  ASSERT_TRUE(c.fence_store.has_value());
+  EXPECT_EQ(c.fence_store->etcd.endpoints, std::vector<std::string>{"http://127.0.0.1:2379"});
+  EXPECT_EQ(c.fence_store->prefix, "/fencing-proxy/orders-db");
+  EXPECT_EQ(c.fence_store->member_ttl, std::chrono::seconds(10));
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_FALSE(c.routes[0].fence_key.keyed());
+  EXPECT_TRUE(c.routes[1].fence_key.keyed());
 }
 
 // What the table declares is what the loader accepts: each key loads in its section, and a

@@ -1,6 +1,7 @@
-// EtcdClient and EtcdLockService: the gateway's small rules as tables, then the client against a
-// real etcd (Debian's /usr/bin/etcd on free 127.0.0.1 ports, a temporary data directory), plain
-// HTTP once per suite, and https with auth in a suite of its own (certificates made by openssl).
+// EtcdClient (calls, txns, leases, watches) and EtcdLockService: the gateway's small rules as
+// tables, then the client against a real etcd (Debian's /usr/bin/etcd on free 127.0.0.1 ports, a
+// temporary data directory), plain HTTP once per suite, and https with auth in a suite of its own
+// (certificates made by openssl).
 // Without etcd the real-server tests skip, unless FP_REQUIRE_LOCK_SERVICES=1 makes that a failure.
 
 #include "etcd/etcd_client.h"
@@ -13,11 +14,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,6 +154,175 @@ TEST(EtcdRules, HolderFromRange) {
   HolderAnswer down = EtcdLockService::HolderFromRange(lock, EtcdResult{{}, "connect: refused", -1});
   EXPECT_EQ(down.status, Status::kUnavailable);
   EXPECT_TRUE(Contains(down.error, "connect: refused"));
+}
+
+TEST(EtcdRules, ReadKeyValue) {
+  auto b = [](const char* t) { return etcd::Base64Encode(t); };
+  etcd::KeyValue kv;
+  std::string error;
+  ASSERT_TRUE(etcd::ReadKeyValue({{"key", b("/k")}, {"value", b("v")}, {"create_revision", "3"}, {"mod_revision", "5"},
+                                  {"version", "2"}, {"lease", "7587883"}},
+                                 &kv, &error))
+      << error;
+  EXPECT_EQ(kv.key, "/k");
+  EXPECT_EQ(kv.value, "v");
+  EXPECT_EQ(kv.create_revision, 3);
+  EXPECT_EQ(kv.mod_revision, 5);
+  EXPECT_EQ(kv.version, 2);
+  EXPECT_EQ(kv.lease, 7587883);
+  // A deleted key's kv in a watch event: key and mod_revision only; proto3 leaves out the rest.
+  ASSERT_TRUE(etcd::ReadKeyValue({{"key", b("/gone")}, {"mod_revision", "9"}}, &kv, &error)) << error;
+  EXPECT_EQ(kv.key, "/gone");
+  EXPECT_EQ(kv.value, "");
+  EXPECT_EQ(kv.mod_revision, 9);
+  EXPECT_EQ(kv.create_revision, 0);
+  EXPECT_EQ(kv.lease, 0);
+
+  const std::vector<std::pair<json::object, std::string>> bad = {
+      {{{"value", b("v")}}, "without a key"},
+      {{{"key", 5}}, "without a key"},
+      {{{"key", "%%"}}, "not base64"},
+      {{{"key", b("/k")}, {"value", "!"}}, "/k"},
+      {{{"key", b("/k")}, {"mod_revision", "x"}}, "mod_revision"},
+      {{{"key", b("/k")}, {"lease", true}}, "lease"},
+  };
+  for (const auto& [object, words] : bad) {
+    error.clear();
+    EXPECT_FALSE(etcd::ReadKeyValue(object, &kv, &error)) << json::serialize(object);
+    EXPECT_TRUE(Contains(error, words)) << error;
+  }
+}
+
+TEST(EtcdRules, ReadRange) {
+  auto b = [](const char* t) { return etcd::Base64Encode(t); };
+  std::vector<etcd::KeyValue> kvs;
+  bool more = true;
+  std::string error;
+  ASSERT_TRUE(etcd::ReadRange({{"header", json::object{{"revision", "4"}}}}, &kvs, &more, &error)) << error;
+  EXPECT_TRUE(kvs.empty());
+  EXPECT_FALSE(more);
+  ASSERT_TRUE(etcd::ReadRange({{"kvs", json::array{json::object{{"key", b("/a")}, {"value", b("1")}},
+                                                  json::object{{"key", b("/b")}}}},
+                               {"more", true},
+                               {"count", "5"}},
+                              &kvs, &more, &error))
+      << error;
+  ASSERT_EQ(kvs.size(), 2u);
+  EXPECT_EQ(kvs[0].key, "/a");
+  EXPECT_EQ(kvs[0].value, "1");
+  EXPECT_EQ(kvs[1].key, "/b");
+  EXPECT_TRUE(more);
+  const std::vector<std::pair<json::object, std::string>> bad = {
+      {{{"kvs", "x"}}, "kvs"},
+      {{{"kvs", json::array{1}}}, "not an object"},
+      {{{"kvs", json::array{json::object{{"key", "%%"}}}}}, "not base64"},
+      {{{"more", "yes"}}, "more"},
+  };
+  for (const auto& [object, words] : bad) {
+    error.clear();
+    EXPECT_FALSE(etcd::ReadRange(object, &kvs, &more, &error)) << json::serialize(object);
+    EXPECT_TRUE(Contains(error, words)) << error;
+  }
+}
+
+TEST(EtcdRules, HeaderRevision) {
+  const std::vector<std::pair<json::object, int64_t>> cases = {
+      {{{"header", json::object{{"revision", "42"}}}}, 42},
+      {{{"header", json::object{{"revision", 43}}}}, 43},
+      {{{"header", json::object{}}}, 0},
+      {{}, 0},
+      {{{"header", "x"}}, 0},
+      {{{"header", json::object{{"revision", "4x"}}}}, 0},
+  };
+  for (const auto& [response, revision] : cases) EXPECT_EQ(etcd::HeaderRevision(response), revision) << json::serialize(response);
+}
+
+TEST(EtcdRules, RequestsAndTxnOpsAreTheGatewaysJson) {
+  auto b = [](const char* t) { return json::value(etcd::Base64Encode(t)); };
+  const std::vector<std::pair<json::object, json::object>> cases = {
+      {etcd::RangeRequest("/k"), {{"key", b("/k")}}},
+      {etcd::RangeRequest("/p/", "/p0", 12, 100),
+       {{"key", b("/p/")}, {"range_end", b("/p0")}, {"revision", "12"}, {"limit", "100"}}},
+      {etcd::CompareModRevision("/k", 0), {{"key", b("/k")}, {"result", "EQUAL"}, {"target", "MOD"}, {"mod_revision", "0"}}},
+      {etcd::CompareModRevision("/k", 77),
+       {{"key", b("/k")}, {"result", "EQUAL"}, {"target", "MOD"}, {"mod_revision", "77"}}},
+      {etcd::PutOp("/k", "v"), {{"request_put", json::object{{"key", b("/k")}, {"value", b("v")}}}}},
+      {etcd::PutOp("/k", "", 5), {{"request_put", json::object{{"key", b("/k")}, {"value", ""}, {"lease", "5"}}}}},
+      {etcd::DeleteOp("/k"), {{"request_delete_range", json::object{{"key", b("/k")}}}}},
+      {etcd::RangeOp("/k"), {{"request_range", json::object{{"key", b("/k")}}}}},
+      {etcd::RangeOp("/p/", "/p0"), {{"request_range", json::object{{"key", b("/p/")}, {"range_end", b("/p0")}}}}},
+      {etcd::Txn({etcd::CompareModRevision("/k", 1)}, {etcd::DeleteOp("/k")}, {}),
+       {{"compare", json::array{etcd::CompareModRevision("/k", 1)}},
+        {"success", json::array{etcd::DeleteOp("/k")}},
+        {"failure", json::array{}}}},
+  };
+  for (const auto& [got, want] : cases) EXPECT_EQ(got, want) << json::serialize(got) << " != " << json::serialize(want);
+}
+
+TEST(EtcdRules, ReadTxn) {
+  json::object range{{"kvs", json::array{json::object{{"key", etcd::Base64Encode("/k")}}}}};
+  etcd::TxnResult t;
+  std::string error;
+  ASSERT_TRUE(etcd::ReadTxn({{"header", json::object{{"revision", "9"}}},
+                             {"succeeded", true},
+                             {"responses", json::array{json::object{{"response_put", json::object{{"header", json::object{}}}}},
+                                                       json::object{{"response_range", range}}}}},
+                            &t, &error))
+      << error;
+  EXPECT_TRUE(t.succeeded);
+  EXPECT_EQ(t.revision, 9);
+  ASSERT_EQ(t.responses.size(), 2u);
+  EXPECT_EQ(t.responses[0], (json::object{{"header", json::object{}}}));
+  EXPECT_EQ(t.responses[1], range);
+  // A failed compare with no ops on failure: both left out.
+  ASSERT_TRUE(etcd::ReadTxn({{"header", json::object{{"revision", "10"}}}}, &t, &error)) << error;
+  EXPECT_FALSE(t.succeeded);
+  EXPECT_EQ(t.revision, 10);
+  EXPECT_TRUE(t.responses.empty());
+  const std::vector<std::pair<json::object, std::string>> bad = {
+      {{{"succeeded", "true"}}, "succeeded"},
+      {{{"responses", json::object{}}}, "responses"},
+      {{{"responses", json::array{json::object{}}}}, "one op"},
+      {{{"responses", json::array{json::object{{"response_put", 1}}}}}, "one op"},
+      {{{"responses", json::array{json::object{{"response_put", json::object{}}, {"response_range", json::object{}}}}}}, "one op"},
+  };
+  for (const auto& [object, words] : bad) {
+    error.clear();
+    EXPECT_FALSE(etcd::ReadTxn(object, &t, &error)) << json::serialize(object);
+    EXPECT_TRUE(Contains(error, words)) << error;
+  }
+}
+
+TEST(EtcdRules, ReadWatchEvents) {
+  auto kv = [](const char* key) { return json::object{{"key", etcd::Base64Encode(key)}, {"mod_revision", "3"}}; };
+  std::vector<etcd::WatchEvent> events;
+  std::string error;
+  ASSERT_TRUE(etcd::ReadWatchEvents({{"created", true}}, &events, &error)) << error;
+  EXPECT_TRUE(events.empty());
+  ASSERT_TRUE(etcd::ReadWatchEvents(
+                  {{"events", json::array{json::object{{"kv", kv("/put")}}, json::object{{"type", "DELETE"}, {"kv", kv("/del")}},
+                                          json::object{{"type", "PUT"}, {"kv", kv("/put2")}}}}},
+                  &events, &error))
+      << error;
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, etcd::WatchEvent::Type::kPut);
+  EXPECT_EQ(events[0].kv.key, "/put");
+  EXPECT_EQ(events[1].type, etcd::WatchEvent::Type::kDelete);
+  EXPECT_EQ(events[1].kv.key, "/del");
+  EXPECT_EQ(events[1].kv.mod_revision, 3);
+  EXPECT_EQ(events[2].type, etcd::WatchEvent::Type::kPut);
+  const std::vector<std::pair<json::object, std::string>> bad = {
+      {{{"events", 1}}, "events"},
+      {{{"events", json::array{1}}}, "not an object"},
+      {{{"events", json::array{json::object{{"type", "EXPIRE"}, {"kv", kv("/k")}}}}}, "unknown type"},
+      {{{"events", json::array{json::object{{"type", "PUT"}}}}}, "without a kv"},
+      {{{"events", json::array{json::object{{"kv", json::object{{"key", "%%"}}}}}}}, "not base64"},
+  };
+  for (const auto& [object, words] : bad) {
+    error.clear();
+    EXPECT_FALSE(etcd::ReadWatchEvents(object, &events, &error)) << json::serialize(object);
+    EXPECT_TRUE(Contains(error, words)) << error;
+  }
 }
 
 // ------------------------------------------------------------------------------- start errors
@@ -321,7 +493,13 @@ class EtcdProcess {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
-  void Pause() { ::kill(pid_, SIGSTOP); }
+  // Returns once etcd is stopped: SIGSTOP reaches a busy process's threads a little later, and one
+  // of them could still answer a request sent right after kill().
+  void Pause() {
+    ::kill(pid_, SIGSTOP);
+    int status = 0;
+    ::waitpid(pid_, &status, WUNTRACED);
+  }
   void Resume() { ::kill(pid_, SIGCONT); }
   ~EtcdProcess() { Kill(); }
 
@@ -483,6 +661,347 @@ TEST_F(EtcdTest, ManyQuestionsAtOnceAllGetTheirAnswer) {
   }
 }
 
+// ---- txn, leases, watches
+
+std::vector<etcd::KeyValue> RangeSync(EtcdClient& client, const std::string& key, const std::string& range_end = "") {
+  EtcdResult r = CallSync(client, "/v3/kv/range", etcd::RangeRequest(key, range_end));
+  EXPECT_TRUE(r.ok()) << r.error;
+  std::vector<etcd::KeyValue> kvs;
+  bool more = false;
+  std::string error;
+  EXPECT_TRUE(etcd::ReadRange(r.response, &kvs, &more, &error)) << error;
+  return kvs;
+}
+
+etcd::TxnResult TxnSync(EtcdClient& client, json::object txn) {
+  EtcdResult r = CallSync(client, "/v3/kv/txn", std::move(txn));
+  EXPECT_TRUE(r.ok()) << r.error;
+  etcd::TxnResult t;
+  std::string error;
+  EXPECT_TRUE(etcd::ReadTxn(r.response, &t, &error)) << error;
+  return t;
+}
+
+TEST_F(EtcdTest, TxnCompareSucceedsOrFailsAndItsRangesReadBack) {
+  const std::string key = "/txn/max";
+  int64_t created = Put(*client_, key);
+  // Compare on the revision the view has: it holds, the put and the range after it happen.
+  etcd::TxnResult t = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision(key, created)},
+                                                  {etcd::PutOp(key, "2"), etcd::RangeOp(key)}, {etcd::RangeOp(key)}));
+  ASSERT_TRUE(t.succeeded);
+  ASSERT_EQ(t.responses.size(), 2u);
+  std::vector<etcd::KeyValue> kvs;
+  bool more = true;
+  std::string error;
+  ASSERT_TRUE(etcd::ReadRange(t.responses[1], &kvs, &more, &error)) << error;
+  ASSERT_EQ(kvs.size(), 1u);
+  EXPECT_EQ(kvs[0].value, "2");
+  EXPECT_EQ(kvs[0].mod_revision, t.revision);
+  EXPECT_EQ(kvs[0].create_revision, created);
+  EXPECT_FALSE(more);
+
+  // The same txn again: the view is stale, the failure branch says what is there now.
+  etcd::TxnResult again = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision(key, created)},
+                                                      {etcd::PutOp(key, "3")}, {etcd::RangeOp(key)}));
+  EXPECT_FALSE(again.succeeded);
+  ASSERT_EQ(again.responses.size(), 1u);
+  ASSERT_TRUE(etcd::ReadRange(again.responses[0], &kvs, &more, &error)) << error;
+  ASSERT_EQ(kvs.size(), 1u);
+  EXPECT_EQ(kvs[0].value, "2");
+  EXPECT_EQ(kvs[0].mod_revision, t.revision);
+  EXPECT_EQ(again.revision, t.revision);  // nothing written
+
+  // Revision 0 compares with a key that does not exist; a delete op removes one.
+  etcd::TxnResult absent = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision("/txn/none", 0)}, {etcd::DeleteOp(key)}, {}));
+  EXPECT_TRUE(absent.succeeded);
+  EXPECT_GT(absent.revision, t.revision);
+  EXPECT_TRUE(RangeSync(*client_, key).empty());
+}
+
+struct LeaseAnswer {
+  EtcdResult result;
+  int64_t id = 0, ttl = 0;
+};
+LeaseAnswer GrantSync(EtcdClient& client, int64_t ttl) {
+  std::promise<LeaseAnswer> p;
+  client.LeaseGrant(ttl, [&](EtcdResult r, int64_t id, int64_t t) { p.set_value({std::move(r), id, t}); });
+  return p.get_future().get();
+}
+LeaseAnswer KeepAliveSync(EtcdClient& client, int64_t id) {
+  std::promise<LeaseAnswer> p;
+  client.LeaseKeepAlive(id, [&](EtcdResult r, int64_t i, int64_t t) { p.set_value({std::move(r), i, t}); });
+  return p.get_future().get();
+}
+EtcdResult RevokeSync(EtcdClient& client, int64_t id) {
+  std::promise<EtcdResult> p;
+  client.LeaseRevoke(id, [&](EtcdResult r) { p.set_value(std::move(r)); });
+  return p.get_future().get();
+}
+
+TEST_F(EtcdTest, AKeptAliveLeaseOutlivesItsTtlAndItsRevokeDeletesTheKey) {
+  LeaseAnswer grant = GrantSync(*client_, 2);
+  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  ASSERT_NE(grant.id, 0);
+  EXPECT_EQ(grant.ttl, 2);
+  const std::string key = "/lease/member";
+  Put(*client_, key, grant.id);
+  ASSERT_EQ(RangeSync(*client_, key).size(), 1u);
+  EXPECT_EQ(RangeSync(*client_, key)[0].lease, grant.id);
+
+  // 3.5 s, well past the 2 s TTL, renewed every 0.5 s.
+  for (int i = 0; i < 7; ++i) {
+    std::this_thread::sleep_for(500ms);
+    LeaseAnswer k = KeepAliveSync(*client_, grant.id);
+    ASSERT_TRUE(k.result.ok()) << k.result.error;
+    EXPECT_EQ(k.id, grant.id);
+    EXPECT_EQ(k.ttl, 2);
+  }
+  ASSERT_EQ(RangeSync(*client_, key).size(), 1u);
+
+  EtcdResult revoke = RevokeSync(*client_, grant.id);
+  ASSERT_TRUE(revoke.ok()) << revoke.error;
+  EXPECT_TRUE(RangeSync(*client_, key).empty());
+  // Gone: a keep-alive now says TTL 0.
+  LeaseAnswer after = KeepAliveSync(*client_, grant.id);
+  ASSERT_TRUE(after.result.ok()) << after.result.error;
+  EXPECT_EQ(after.ttl, 0);
+}
+
+TEST_F(EtcdTest, AKeepAliveOfAnUnknownLeaseSaysTtlZero) {
+  LeaseAnswer k = KeepAliveSync(*client_, 123456789);
+  ASSERT_TRUE(k.result.ok()) << k.result.error;
+  EXPECT_EQ(k.id, 123456789);  // etcd's answer names the lease
+  EXPECT_EQ(k.ttl, 0);
+  EtcdResult revoke = RevokeSync(*client_, 123456789);
+  EXPECT_FALSE(revoke.ok());
+  EXPECT_EQ(revoke.grpc_code, 5) << revoke.error;
+}
+
+TEST_F(EtcdTest, AnExpiredLeaseSaysTtlZero) {
+  LeaseAnswer grant = GrantSync(*client_, 1);
+  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  // etcd's lessor checks expiry every 500 ms; a 1 s lease is surely gone after 3 s.
+  std::this_thread::sleep_for(3s);
+  LeaseAnswer k = KeepAliveSync(*client_, grant.id);
+  ASSERT_TRUE(k.result.ok()) << k.result.error;
+  EXPECT_EQ(k.ttl, 0);
+}
+
+// What a watch delivered, from the client's thread.
+class WatchRecorder {
+ public:
+  EtcdClient::WatchEvents OnEvents() {
+    return [this](int64_t revision, std::vector<etcd::WatchEvent> events) {
+      std::lock_guard lock(mutex_);
+      EXPECT_FALSE(ended_) << "events after the end";
+      ++messages_;
+      revisions_.push_back(revision);
+      for (auto& e : events) events_.push_back(std::move(e));
+      changed_.notify_all();
+    };
+  }
+  EtcdClient::WatchEnded OnEnd() {
+    return [this](EtcdClient::WatchEnd end) {
+      std::lock_guard lock(mutex_);
+      ++ends_;
+      ended_ = true;
+      end_ = std::move(end);
+      changed_.notify_all();
+    };
+  }
+  bool WaitEvents(size_t n, std::chrono::milliseconds within = 5s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, within, [&] { return events_.size() >= n || ended_; }) && events_.size() >= n;
+  }
+  bool WaitMessages(int n, std::chrono::milliseconds within = 5s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, within, [&] { return messages_ >= n || ended_; }) && messages_ >= n;
+  }
+  bool WaitEnd(std::chrono::milliseconds within = 5s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, within, [&] { return ended_; });
+  }
+  std::vector<etcd::WatchEvent> events() {
+    std::lock_guard lock(mutex_);
+    return events_;
+  }
+  std::vector<int64_t> revisions() {
+    std::lock_guard lock(mutex_);
+    return revisions_;
+  }
+  EtcdClient::WatchEnd end() {
+    std::lock_guard lock(mutex_);
+    return end_;
+  }
+  int ends() {
+    std::lock_guard lock(mutex_);
+    return ends_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int messages_ = 0;
+  std::vector<int64_t> revisions_;
+  std::vector<etcd::WatchEvent> events_;
+  bool ended_ = false;
+  int ends_ = 0;
+  EtcdClient::WatchEnd end_;
+};
+
+using Reason = EtcdClient::WatchEnd::Reason;
+
+std::shared_ptr<EtcdClient::WatchHandle> WatchPrefix(EtcdClient& client, WatchRecorder& recorder, const std::string& prefix,
+                                                     int64_t from = 0) {
+  EtcdClient::WatchOptions options;
+  options.key = prefix;
+  options.range_end = etcd::PrefixRangeEnd(prefix);
+  options.start_revision = from;
+  return client.Watch(options, recorder.OnEvents(), recorder.OnEnd());
+}
+
+TEST_F(EtcdTest, AWatchFromARevisionSeesPutsAndDeletesInOrder) {
+  int64_t first = Put(*client_, "/watch/a");
+  int64_t second = Put(*client_, "/watch/b");
+  Put(*client_, "/watchers/outside");  // beside the prefix: not seen
+  Delete(*client_, "/watch/a");
+
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client_, recorder, "/watch/", first);
+  ASSERT_TRUE(recorder.WaitEvents(3)) << recorder.end().error;
+  // Live ones after the history.
+  int64_t third = Put(*client_, "/watch/c");
+  ASSERT_TRUE(recorder.WaitEvents(4)) << recorder.end().error;
+
+  std::vector<etcd::WatchEvent> events = recorder.events();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].type, etcd::WatchEvent::Type::kPut);
+  EXPECT_EQ(events[0].kv.key, "/watch/a");
+  EXPECT_EQ(events[0].kv.value, "holder");
+  EXPECT_EQ(events[0].kv.mod_revision, first);
+  EXPECT_EQ(events[1].type, etcd::WatchEvent::Type::kPut);
+  EXPECT_EQ(events[1].kv.key, "/watch/b");
+  EXPECT_EQ(events[1].kv.mod_revision, second);
+  EXPECT_EQ(events[2].type, etcd::WatchEvent::Type::kDelete);
+  EXPECT_EQ(events[2].kv.key, "/watch/a");
+  EXPECT_GT(events[2].kv.mod_revision, second);
+  EXPECT_EQ(events[3].type, etcd::WatchEvent::Type::kPut);
+  EXPECT_EQ(events[3].kv.key, "/watch/c");
+  EXPECT_EQ(events[3].kv.mod_revision, third);
+
+  // The first message is "created", without events; the last one's revision is the put's.
+  std::vector<int64_t> revisions = recorder.revisions();
+  ASSERT_GE(revisions.size(), 2u);
+  EXPECT_GE(revisions.front(), events[2].kv.mod_revision);
+  EXPECT_EQ(revisions.back(), third);
+
+  handle->Cancel();
+  handle->Cancel();
+  ASSERT_TRUE(recorder.WaitEnd());
+  EXPECT_EQ(recorder.end().reason, Reason::kCancelled);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(recorder.ends(), 1);
+}
+
+TEST_F(EtcdTest, AWatchWithoutARevisionStartsWithTheCreatedMessage) {
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client_, recorder, "/fresh/");
+  ASSERT_TRUE(recorder.WaitMessages(1)) << recorder.end().error;
+  EXPECT_TRUE(recorder.events().empty());
+  EXPECT_GT(recorder.revisions().at(0), 0);
+  int64_t put = Put(*client_, "/fresh/x");
+  ASSERT_TRUE(recorder.WaitEvents(1)) << recorder.end().error;
+  EXPECT_EQ(recorder.events()[0].kv.mod_revision, put);
+  // A watch lasts past the deadline of its start (the client's timeout, 1 s here).
+  std::this_thread::sleep_for(1500ms);
+  Put(*client_, "/fresh/y");
+  ASSERT_TRUE(recorder.WaitEvents(2)) << recorder.end().error;
+  handle->Cancel();
+  ASSERT_TRUE(recorder.WaitEnd());
+  EXPECT_EQ(recorder.end().reason, Reason::kCancelled);
+}
+
+TEST_F(EtcdTest, AWatchFromACompactedRevisionEndsCompacted) {
+  int64_t old = Put(*client_, "/compacted/k");
+  int64_t now = Put(*client_, "/compacted/k");
+  EtcdResult compact = CallSync(*client_, "/v3/kv/compaction", {{"revision", std::to_string(now)}, {"physical", true}});
+  ASSERT_TRUE(compact.ok()) << compact.error;
+
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client_, recorder, "/compacted/", old);
+  ASSERT_TRUE(recorder.WaitEnd()) << "still watching";
+  EXPECT_EQ(recorder.end().reason, Reason::kCompacted) << recorder.end().error;
+  EXPECT_EQ(recorder.end().compact_revision, now);
+  EXPECT_TRUE(recorder.events().empty());
+  handle->Cancel();  // after the end: nothing more
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(recorder.ends(), 1);
+}
+
+TEST_F(EtcdTest, AWatchOfAnUnreachableEtcdEndsWithTheReason) {
+  std::string error;
+  auto client = EtcdClient::Create(Config({"http://127.0.0.1:" + std::to_string(FreePort())}), &error);
+  ASSERT_NE(client, nullptr) << error;
+  WatchRecorder refused;
+  auto start = Clock::now();
+  auto handle = WatchPrefix(*client, refused, "/x/");
+  ASSERT_TRUE(refused.WaitEnd());
+  EXPECT_LT(Clock::now() - start, 500ms);
+  EXPECT_EQ(refused.end().reason, Reason::kError);
+  EXPECT_TRUE(Contains(refused.end().error, "refused")) << refused.end().error;
+
+  // A member that never answers: the start has the client's timeout.
+  BlackHole hole;
+  auto hung = EtcdClient::Create(Config({hole.endpoint()}, 400ms), &error);
+  ASSERT_NE(hung, nullptr) << error;
+  WatchRecorder timed_out;
+  start = Clock::now();
+  auto handle2 = WatchPrefix(*hung, timed_out, "/x/");
+  ASSERT_TRUE(timed_out.WaitEnd(2s));
+  EXPECT_GE(Clock::now() - start, 350ms);
+  EXPECT_EQ(timed_out.end().reason, Reason::kError);
+  EXPECT_TRUE(Contains(timed_out.end().error, "timed out after 400ms")) << timed_out.end().error;
+}
+
+TEST_F(EtcdTest, TheSecondEndpointWatchesWhenTheFirstIsDown) {
+  std::string error;
+  auto client = EtcdClient::Create(Config({"http://127.0.0.1:" + std::to_string(FreePort()), etcd_->endpoint()}), &error);
+  ASSERT_NE(client, nullptr) << error;
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client, recorder, "/failover-watch/");
+  ASSERT_TRUE(recorder.WaitMessages(1)) << recorder.end().error;
+  Put(*client_, "/failover-watch/k");
+  ASSERT_TRUE(recorder.WaitEvents(1)) << recorder.end().error;
+  handle->Cancel();
+  ASSERT_TRUE(recorder.WaitEnd());
+}
+
+TEST_F(EtcdTest, StopEndsEveryWatch) {
+  std::string error;
+  auto client = EtcdClient::Create(Config({etcd_->endpoint()}), &error);
+  ASSERT_NE(client, nullptr) << error;
+  WatchRecorder a, b;
+  auto ha = WatchPrefix(*client, a, "/stop/a/");
+  auto hb = WatchPrefix(*client, b, "/stop/b/");
+  ASSERT_TRUE(a.WaitMessages(1));
+  ASSERT_TRUE(b.WaitMessages(1));
+  client->Stop();
+  for (WatchRecorder* r : {&a, &b}) {
+    ASSERT_TRUE(r->WaitEnd(0ms));  // ended within Stop
+    EXPECT_EQ(r->end().reason, Reason::kError);
+    EXPECT_TRUE(Contains(r->end().error, "stopped")) << r->end().error;
+  }
+  ha->Cancel();  // after Stop: harmless
+  // A watch after Stop ends at once.
+  WatchRecorder late;
+  WatchPrefix(*client, late, "/stop/late/");
+  ASSERT_TRUE(late.WaitEnd(0ms));
+  EXPECT_TRUE(Contains(late.end().error, "stopped"));
+  // A handle that outlives its client is harmless too.
+  client.reset();
+  hb->Cancel();
+}
+
 TEST_F(EtcdTest, AnEtcdErrorIsReadable) {
   EtcdResult r = CallSync(*client_, "/v3/lease/revoke", {{"ID", "12345"}});
   ASSERT_FALSE(r.ok());
@@ -609,6 +1128,26 @@ TEST(EtcdKilled, AKilledEtcdIsUnavailableAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(EtcdKilled, AWatchEndsAtOnceWhenEtcdIsKilled) {
+  FP_REQUIRE_ETCD();
+  std::string dir = MakeTempDir("fp_etcd_killed_watch");
+  EtcdProcess etcd;
+  std::string error;
+  ASSERT_TRUE(etcd.Start(dir, nullptr, {}, &error)) << error;
+  auto client = EtcdClient::Create(Config({etcd.endpoint()}), &error);
+  ASSERT_NE(client, nullptr) << error;
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client, recorder, "/killed/");
+  ASSERT_TRUE(recorder.WaitMessages(1)) << recorder.end().error;
+  auto start = Clock::now();
+  etcd.Kill();
+  ASSERT_TRUE(recorder.WaitEnd(1s)) << "the watch did not notice";
+  EXPECT_LT(Clock::now() - start, 500ms);
+  EXPECT_EQ(recorder.end().reason, Reason::kError);
+  EXPECT_TRUE(Contains(recorder.end().error, etcd.endpoint())) << recorder.end().error;
+  std::filesystem::remove_all(dir);
+}
+
 // ------------------------------------------------------------------------------- https + auth
 
 // Certificates for 127.0.0.1 and "localhost" signed by a test CA, and a second, unrelated CA.
@@ -731,6 +1270,27 @@ TEST_F(EtcdSecureTest, AWrongPasswordOrNoUserIsRefused) {
   t = Find(anonymous, "/locks/s");
   EXPECT_EQ(t.answer.status, Status::kUnavailable);
   EXPECT_TRUE(Contains(t.answer.error, "user name is empty")) << t.answer.error;
+}
+
+TEST_F(EtcdSecureTest, AWatchOverTlsWithAuthSeesAPut) {
+  std::string error;
+  auto client = EtcdClient::Create(SecureConfig(), &error);
+  ASSERT_NE(client, nullptr) << error;
+  WatchRecorder recorder;
+  auto handle = WatchPrefix(*client, recorder, "/secure-watch/");
+  ASSERT_TRUE(recorder.WaitMessages(1)) << recorder.end().error;
+  ASSERT_EQ(etcd_->Ctl("put /secure-watch/k v", "root:fp-secret").first, 0);
+  ASSERT_TRUE(recorder.WaitEvents(1)) << recorder.end().error;
+  EXPECT_EQ(recorder.events()[0].kv.key, "/secure-watch/k");
+  EXPECT_EQ(recorder.events()[0].kv.value, "v");
+  // A keep-alive goes the same way (TLS, token) as any call.
+  LeaseAnswer grant = GrantSync(*client, 5);
+  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  LeaseAnswer k = KeepAliveSync(*client, grant.id);
+  ASSERT_TRUE(k.result.ok()) << k.result.error;
+  EXPECT_EQ(k.ttl, 5);
+  handle->Cancel();
+  ASSERT_TRUE(recorder.WaitEnd());
 }
 
 TEST_F(EtcdSecureTest, AnExpiredTokenIsRenewedOnce) {

@@ -222,8 +222,8 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     ++checked;
   }
   // All but timeouts, limits, routes themselves, fence_key (a mapping: FenceKeysOfARunningFence),
-  // lock_services and verify (mappings: LockServicesAndVerify).
-  EXPECT_GE(checked, ConfigKeys().size() - 6);
+  // lock_services and verify (mappings: LockServicesAndVerify) and fence_store (FenceStore).
+  EXPECT_GE(checked, ConfigKeys().size() - 7);
 }
 
 // A fence the running routes have keeps its key settings until a restart: the registry holds its
@@ -315,6 +315,49 @@ TEST_F(ConfigReloaderTest, LockServicesAndVerify) {
   }
 }
 
+// The fence store is set up at start-up (membership, watch, the fences loaded from etcd): a file
+// that adds, removes or changes it, or moves the fences between a state file and etcd, is refused
+// naming fence_store. Written another way, it is the same store.
+TEST_F(ConfigReloaderTest, FenceStore) {
+  const std::string head =
+      "listen: \"127.0.0.1:18080\"\nadmin_listen: \"127.0.0.1:19901\"\nbackend: \"http://127.0.0.1:18081\"\n";
+  const std::string routes = "routes:\n  - name: orders\n    prefix: /orders\n";
+  auto store = [&](const std::string& etcd) { return head + "fence_store:\n  etcd: {" + etcd + "}\n" + routes; };
+  const std::string base = "endpoints: [\"http://127.0.0.1:2379\"], prefix: /fp/orders";
+  const std::string state = head + "state_file: ./fences.log\n" + routes;
+  struct Case {
+    std::string running, loaded, refused;  // refused: the key RestartOnlyChange names, "" = applied
+  };
+  const std::vector<Case> cases = {
+      {state, store(base), "fence_store"},
+      {store(base), state, "fence_store"},
+      {store(base), store("endpoints: [\"http://127.0.0.1:2379\"], prefix: /fp/other"), "fence_store"},
+      {store(base), store(base + ", member_ttl: 20s"), "fence_store"},
+      {store(base), store(base + ", timeout: 2s"), "fence_store"},
+      {store(base), store("endpoints: [\"http://127.0.0.1:2379\", \"http://127.0.0.1:22379\"], prefix: /fp/orders"),
+       "fence_store"},
+      {store(base), store(base + ", username: u, password_file: /p"), "fence_store"},
+      // The same store: written with its defaults, or with another route.
+      {store(base), store(base + ", member_ttl: 10s, timeout: 1s"), ""},
+      {store(base), store(base) + "  - name: notes\n    prefix: /notes\n", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.running + "->\n" + c.loaded);
+    WriteBytes(path_, c.running);
+    ConfigResult running = LoadConfigFile(path_);
+    ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
+    Metrics metrics;
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    WriteBytes(path_, c.loaded);
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
+    EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), c.refused);
+    EXPECT_EQ(reloader.Reload("test"), c.refused.empty());
+    EXPECT_EQ(reloader.running() == running.config, !c.refused.empty());
+    EXPECT_EQ(metrics.config_last_reload_successful().Value(), c.refused.empty() ? 1 : 0);
+  }
+}
+
 // Which keys need a restart is a promise to operators (config/README.md); a key leaving or
 // joining the set is a decision, not a side effect of editing the table.
 TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
@@ -325,7 +368,7 @@ TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
   EXPECT_EQ(paths, (std::set<std::string>{"listen", "admin_listen", "backend", "state_file", "threads",
                                           "timeouts.connect", "limits.max_connections", "routes[].fence_key",
                                           "routes[].max_keys", "routes[].token_order",
-                                          "routes[].forget_idle_keys_after", "lock_services"}));
+                                          "routes[].forget_idle_keys_after", "lock_services", "fence_store"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {

@@ -1,0 +1,215 @@
+// A Fence under the shared store (several proxies, one fence): what another member's raise does
+// here (RemotePending, RemoteCommitted, RemoteWithdrawn), a raise the store could not commit
+// (PersistResult::kNotDurable), and the membership gate. The store's side (etcd) is tested with
+// real processes in tests/integration/test_shared.py; here the Fence alone, with a fake persister.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "fence/fence.h"
+
+namespace fencing {
+namespace {
+
+// The store: records what the fence asks for; the test answers.
+class FakeStore : public FencePersister {
+ public:
+  void Persist(Fence& fence, uint64_t token) override {
+    EXPECT_FALSE(outstanding.has_value()) << "two persists at once";
+    asked.push_back(token);
+    outstanding = token;
+    fence_ = &fence;
+  }
+  void Answer(PersistResult result) {
+    ASSERT_TRUE(outstanding.has_value());
+    uint64_t token = *outstanding;
+    outstanding.reset();
+    fence_->OnPersisted(token, result);
+  }
+  std::vector<uint64_t> asked;
+  std::optional<uint64_t> outstanding;
+
+ private:
+  Fence* fence_ = nullptr;
+};
+
+class Waiter : public RaiseWaiter {
+ public:
+  void Resolve(Admission admission, uint64_t max_token) override { resolves.emplace_back(admission, max_token); }
+  bool Is(Admission admission, uint64_t max) const {
+    return resolves.size() == 1 && resolves[0].first == admission && resolves[0].second == max;
+  }
+  std::vector<std::pair<Admission, uint64_t>> resolves;
+};
+
+class FenceRemoteTest : public testing::Test {
+ protected:
+  void SetUp() override { gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000); }
+
+  FakeStore store_;
+  std::atomic<bool> failed_{false};
+  MembershipGate gate_;
+  Fence fence_{"orders", 5, store_, failed_, [] { return 0.0; }, nullptr, &gate_};
+};
+
+TEST_F(FenceRemoteTest, AnotherMembersRaiseMakesLowerTokensStaleAtOnce) {
+  fence_.RemotePending(9);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kStale);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(8).max_token, 9u);
+  EXPECT_EQ(fence_.Check(7).admission, Admission::kStale);
+  // Nothing was in flight: the fence asks the store for 9 at once (the store acknowledges it).
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+}
+
+TEST_F(FenceRemoteTest, AcknowledgesOnlyAfterItsAdmittedWritesDrained) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.RemotePending(9);
+  EXPECT_TRUE(store_.asked.empty());
+  fence_.Release();
+  EXPECT_TRUE(store_.asked.empty()) << "acknowledged with a write of token 5 still at the backend";
+  fence_.Release();
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+}
+
+TEST_F(FenceRemoteTest, RequestsHereWithTheSameTokenGoWhenItIsCommitted) {
+  fence_.RemotePending(9);
+  Waiter w;
+  EXPECT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  EXPECT_TRUE(w.resolves.empty());
+  store_.Answer(PersistResult::kDurable);  // the raiser committed 9: the store saw the max
+  EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
+  EXPECT_EQ(fence_.max_token(), 9u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kAdmitted);
+}
+
+TEST_F(FenceRemoteTest, CommittedElsewhereBeforeTheDrainEndedAdmitsItsWaitersAndStalesLowerOnes) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter mine;
+  ASSERT_EQ(fence_.Admit(7, mine).admission, Admission::kWaiting);  // a raise of ours, draining
+  fence_.RemoteCommitted(9);  // another member committed 9 (this proxy's lease had lapsed)
+  EXPECT_TRUE(mine.Is(Admission::kStale, 9));
+  EXPECT_EQ(fence_.max_token(), 9u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(7).admission, Admission::kStale);
+  fence_.Release();
+  EXPECT_TRUE(store_.asked.empty()) << "nothing is left to raise";
+}
+
+TEST_F(FenceRemoteTest, CommittedMaxWithAHigherRaisePendingKeepsThePendingRaise) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(12, w).admission, Admission::kWaiting);
+  fence_.RemoteCommitted(9);
+  EXPECT_TRUE(w.resolves.empty());
+  EXPECT_EQ(fence_.Snapshot().pending, 12u);
+  EXPECT_EQ(fence_.max_token(), 9u);
+  fence_.Release();
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{12});
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w.Is(Admission::kAdmitted, 12));
+}
+
+TEST_F(FenceRemoteTest, ACommittedMaxBelowOursChangesNothing) {
+  fence_.RemoteCommitted(3);
+  EXPECT_EQ(fence_.max_token(), 5u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+}
+
+TEST_F(FenceRemoteTest, AHigherRemoteRaiseStalesTheWaitersOfALowerOne) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter w7;
+  ASSERT_EQ(fence_.Admit(7, w7).admission, Admission::kWaiting);
+  fence_.RemotePending(9);
+  EXPECT_TRUE(w7.Is(Admission::kStale, 9));
+  fence_.RemotePending(8);  // lower than what is pending: nothing new
+  EXPECT_EQ(fence_.Snapshot().pending, 9u);
+}
+
+TEST_F(FenceRemoteTest, WithdrawnBeforeTheDrainEndedAdmitsLowerTokensAgain) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.RemotePending(9);
+  fence_.RemoteWithdrawn(9);
+  EXPECT_EQ(fence_.Snapshot().pending, 0u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.Release();
+  fence_.Release();
+  EXPECT_TRUE(store_.asked.empty());
+}
+
+TEST_F(FenceRemoteTest, WithdrawnWithRequestsHereCarryingItRaisesItHere) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.RemotePending(9);
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  fence_.RemoteWithdrawn(9);
+  EXPECT_EQ(fence_.Snapshot().pending, 9u) << "a holder of 9 is waiting here";
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kStale);
+  fence_.Release();
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+}
+
+TEST_F(FenceRemoteTest, ARaiseNotCommittedRefusesOnlyItsWaitersAndTheFenceGoesOn) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  store_.Answer(PersistResult::kNotDurable);
+  EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
+  EXPECT_EQ(fence_.Snapshot().pending, 0u);
+  EXPECT_FALSE(failed_.load()) << "not terminal";
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.Release();
+  Waiter again;
+  ASSERT_EQ(fence_.Admit(9, again).admission, Admission::kWaiting);  // the client's retry
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(again.Is(Admission::kAdmitted, 9));
+}
+
+TEST_F(FenceRemoteTest, ARaiseSupersededByAHigherOneAsksForTheHigherOneNext) {
+  Waiter w9;
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(store_.asked, std::vector<uint64_t>{9});
+  fence_.RemotePending(12);  // another member's higher raise replaced ours in etcd
+  EXPECT_TRUE(w9.Is(Admission::kStale, 12));
+  store_.Answer(PersistResult::kNotDurable);
+  EXPECT_EQ(fence_.Snapshot().pending, 12u);
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12})) << "12 is acknowledged next";
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kStale);
+}
+
+TEST_F(FenceRemoteTest, AClosedGateRefusesEveryFencedWriteAndAnOpenOneAdmitsAgain) {
+  gate_.Close();
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kUnavailable);
+  EXPECT_EQ(fence_.Check(9).admission, Admission::kUnavailable);
+  Waiter w;
+  EXPECT_EQ(fence_.Admit(9, w).admission, Admission::kUnavailable);
+  EXPECT_TRUE(store_.asked.empty());
+  gate_.OpenUntil(MembershipGate::NowNanos() + 1'000'000'000);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+}
+
+TEST_F(FenceRemoteTest, TheGateClosesByItselfAtItsDeadline) {
+  gate_.OpenUntil(MembershipGate::NowNanos() + 50'000'000);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  fence_.Release();
+  while (gate_.Open()) {
+  }
+  EXPECT_LE(gate_.Left(), 0);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kUnavailable);
+}
+
+TEST_F(FenceRemoteTest, WaitersOfARaiseCommittedAfterTheGateClosedAreRefused) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  gate_.Close();
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
+  EXPECT_EQ(fence_.max_token(), 9u) << "the max is the store's word all the same";
+  EXPECT_EQ(fence_.Snapshot().inflight, 0u);
+}
+
+}  // namespace
+}  // namespace fencing
