@@ -368,6 +368,14 @@ class SharedFencesTest(ProxyTestCase):
             self.assertEqual(doc.get("kind"), "etcd", "/fences names the store: %r" % doc)
             self.assertEqual(doc.get("prefix"), self.prefix, "/fences names the prefix")
             self.assertTrue(doc.get("gate_open"), "the gate is open: %r" % doc)
+        # First everyone at 4 (key k1: 6), so that 4 is an equal token on B and C, served from
+        # their memory without asking etcd: only a fence told of A's raise before A forwards
+        # refuses it.
+        self.assert2xx(self.put(b, "t4-first", 4), "the raise to 4 through B")
+        self.assert2xx(self.put(c, "k-t6-first", 6, key="k1"), "key k1 to 6 through C")
+        for proxy in (a, b, c):
+            self.wait_max(proxy, 4)
+            self.wait_max(proxy, 6, key="k1")
         txns_before = store_count(a, "txn")
         self.assert2xx(self.put(a, "t5", 5), "the raise to 5 through A")
         self.assert2xx(self.put(a, "k-t7", 7, key="k1"), "the raise of key k1 to 7 through A")
@@ -384,9 +392,10 @@ class SharedFencesTest(ProxyTestCase):
         for proxy in (b, c):
             self.assert2xx(self.put(proxy, "t5", 5), "the equal token 5 through %s" % proxy.name)
         self.assertEqual([r["path"] for r in self.applied("/orders")],
-                         ["/orders/A/t5", "/orders/B/t5", "/orders/C/t5"],
+                         ["/orders/B/t4-first", "/orders/A/t5", "/orders/B/t5", "/orders/C/t5"],
                          "the backend saw the 5s and none of the stale 4s")
-        self.assertEqual([r["path"] for r in self.applied("/objects/k1")], ["/objects/k1/A/k-t7"],
+        self.assertEqual([r["path"] for r in self.applied("/objects/k1")],
+                         ["/objects/k1/C/k-t6-first", "/objects/k1/A/k-t7"],
                          "the backend saw key k1's 7, not the stale 6s")
         for proxy in (a, b, c):
             self.wait_max(proxy, 5)
