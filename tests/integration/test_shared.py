@@ -426,9 +426,11 @@ class SharedFencesTest(ProxyTestCase):
                  "A's write with token 10 to be in flight")
         time.sleep(0.1)  # it reaches the backend and is held there
         raised = self.in_thread(self.put, b, "t11", 11)
-        wait_for(lambda: b.fence("orders").get("pending") == 11, 3.0, 0.01,
-                 "B's raise to 11 to be pending")
-        # While 11 is pending, 10 is stale everywhere, A included.
+        # While 11 is pending, 10 is stale everywhere, A included, from the moment each proxy
+        # has seen the pending raise (A forwards a 10 it admitted before; B's raise waits for it).
+        for proxy in (b, a, c):
+            wait_for(lambda: proxy.fence("orders").get("pending") == 11, 3.0, 0.01,
+                     "%s to show B's raise to 11 pending" % proxy.name)
         for proxy in (a, c):
             started = time.monotonic()
             self.assertStale(self.put(proxy, "late10", 10), 11,
