@@ -545,11 +545,13 @@ class Proxy:
     config: a dict (emitted as YAML; listen, admin_listen, backend and state_file are filled in
     when absent) or YAML text (the same four keys are prepended when the text has no such
     top-level key). backend: a Backend, a RawBackend, a URL string, or None (then config must
-    name one).
+    name one). fence_store: a dict ({"etcd": {...}}) that keeps the fences in etcd: it is added
+    as the top-level `fence_store` in place of the state_file default (the two exclude each
+    other), and state_file is None.
     """
 
     def __init__(self, config, backend=None, state_file=None, workdir=None, start=True,
-                 wrapper=None, env=None):
+                 wrapper=None, env=None, fence_store=None):
         check_binary()
         # wrapper: argv placed before the binary (e.g. a fault-injection launcher that execs it,
         # so the proxy keeps the wrapper's pid); env: variables added to the proxy's environment
@@ -568,14 +570,21 @@ class Proxy:
                     "admin_listen": "127.0.0.1:%d" % self.admin_port,
                     "backend": backend_url,
                     "state_file": self.state_file}
+        if fence_store is not None:
+            self.state_file = None
+            del defaults["state_file"]
         if isinstance(config, dict):
             merged = {k: v for k, v in defaults.items() if k not in config and v is not None}
             merged.update(config)
+            if fence_store is not None and "fence_store" not in config:
+                merged["fence_store"] = fence_store
             text = to_yaml(merged) + "\n"
         else:
             present = {m.group(1) for m in re.finditer(r"^([a-z_]+):", config, re.M)}
             head = "".join("%s: %s\n" % (k, _yaml_scalar(v)) for k, v in defaults.items()
                            if k not in present and v is not None)
+            if fence_store is not None and "fence_store" not in present:
+                head += to_yaml({"fence_store": fence_store}) + "\n"
             text = head + config
         self._learn_ports(text)
         with open(self.config_path, "w", encoding="utf-8") as f:
@@ -789,10 +798,11 @@ class ProxyTestCase(unittest.TestCase):
         return backend
 
     def start_proxy(self, config, backend=None, state_file=None, start=True, name=None,
-                    wrapper=None, env=None):
+                    wrapper=None, env=None, fence_store=None):
         workdir = os.path.join(self.workdir, name or "proxy%d" % len(self._proxies))
         os.makedirs(workdir, exist_ok=True)
-        proxy = Proxy(config, backend, state_file, workdir, start=False, wrapper=wrapper, env=env)
+        proxy = Proxy(config, backend, state_file, workdir, start=False, wrapper=wrapper, env=env,
+                      fence_store=fence_store)
         self.addCleanup(self._report_and_stop, proxy)
         self._proxies.append(proxy)
         if start:
