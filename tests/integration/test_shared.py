@@ -406,10 +406,8 @@ class SharedFencesTest(ProxyTestCase):
         self.assertGreaterEqual(store_count(a, "txn") - txns_before, 4,
                                 "fence_store_seconds{op=\"txn\"}: each raise is two txns")
 
-    # Fails: a raise whose own commit comes back on the watch before the commit txn's answer is
-    # completed by the watch (OnMaxPut), which observes no "raise" and counts no /fences
-    # "raises": most raises go uncounted.
-    @unittest.expectedFailure
+    # The raiser's own commit often comes back on the watch before the commit txn's answer: it
+    # is counted either way.
     def test_raise_metrics_count_every_raise(self):
         a, b, c = self.start_proxies()
         for n in range(1, 11):
@@ -618,12 +616,9 @@ class SharedFencesTest(ProxyTestCase):
         self.assertEqual(len(paths), 2, "one write with 21 reached the backend: %s" % paths)
         self.assertTrue(paths[1].startswith("/orders/B/t21-"))
 
-    # Fails: the request that makes the raise is cut at timeouts.request (503 state-unavailable,
-    # "the raise did not become durable within timeouts.request", no Retry-After) although the
-    # raise waits up to member_ttl + timeouts.request for a dead proxy and commits later; per
-    # docs/operations.md ("Sizing timeouts.request") a client whose timeout is above
-    # member_ttl + timeouts.request + 1s gets its first write through.
-    @unittest.expectedFailure
+    # The request that makes the raise waits as long as the raise may wait for a dead proxy
+    # (timeouts.request + member_ttl + 1 s), so a client whose own timeout is longer gets its
+    # first write through (docs/operations.md, "Sizing timeouts.request").
     def test_killed_proxy_first_raise_request_waits_for_the_takeover(self):
         _, _, _, _, killed, raised, response = self.kill_a_and_raise_through_b(retry=False)
         self.assert2xx(response, "B's raise to 21, one request, %.2fs after A was killed"
