@@ -605,7 +605,15 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     auto it = targets_.find(name);
     if (it != targets_.end() && it->second.op && token >= it->second.op->token) {
       Target& target = it->second;
-      if (target.op->kind == Op::Kind::kAck) Observe("ack", Since(target.op->started));
+      if (target.op->kind == Op::Kind::kAck) {
+        Observe("ack", Since(target.op->started));
+      } else if (token == target.op->token && target.op->committing) {
+        // Our commit, seen on the watch before its txn's answer (which then finds no op): counted
+        // here, or never.
+        Observe("raise", Since(target.op->started));
+        std::lock_guard lock(status_mu_);
+        ++status_.raises;
+      }
       // Ours (its commit's answer may come later) or a higher one committed elsewhere.
       if (token > target.op->token && registry_) registry_->SharedCommitted(fence, key, token);
       Complete(name, target, token == target.op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
