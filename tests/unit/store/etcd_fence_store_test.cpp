@@ -18,21 +18,15 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 namespace fencing {
-namespace {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
-constexpr auto kMemberTtl = 2s;       // the least the route file allows
-constexpr auto kEtcdTimeout = 1000ms;  // per etcd call
-constexpr auto kRequestTimeout = 1000ms;  // timeouts.request: how long a dead member's writes may run
-
+// gtest prints an Admission by name (found by argument-dependent lookup, so in fencing itself).
 const char* Name(Admission a) {
   switch (a) {
     case Admission::kAdmitted: return "admitted";
@@ -45,6 +39,16 @@ const char* Name(Admission a) {
   }
   return "?";
 }
+void PrintTo(Admission a, std::ostream* os) { *os << Name(a); }
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kMemberTtl = 2s;       // the least the route file allows
+constexpr auto kEtcdTimeout = 1000ms;  // per etcd call
+constexpr auto kRequestTimeout = 1000ms;  // timeouts.request: how long a dead member's writes may run
 
 // ------------------------------------------------------------------------------- pure rules
 
@@ -274,9 +278,11 @@ TEST_F(EtcdFenceStoreTest, ARaiseOnOneMemberFencesTheOther) {
   auto r = Raise(fa, 7, w);
   ASSERT_TRUE(r && r->admission == Admission::kAdmitted) << Describe(r);
   EXPECT_EQ(r->max_token, 7u);
+  // B acknowledged (its fence blocking 5) before A could commit: at A's admission B refuses
+  // already. Its max follows the commit.
+  EXPECT_TRUE(StaleAt(fb, 5, 7)) << "A admitted 7 while B still takes 5: " << Name(fb.Check(5).admission);
   fa.Release();
   EXPECT_EQ(fa.max_token(), 7u);
-  // B acknowledged before A could commit, so by now B refuses at once; its max follows the commit.
   EXPECT_TRUE(Eventually([&] { return StaleAt(fb, 5, 7); }, 2s)) << "B still takes 5: " << Name(fb.Check(5).admission);
   EXPECT_TRUE(Eventually([&] { return fb.max_token() == 7; }, 2s)) << fb.max_token();
   EXPECT_EQ(fb.AdmitWithoutWaiting(7).admission, Admission::kAdmitted) << "7 is B's max: no raise needed";
@@ -313,7 +319,8 @@ TEST_F(EtcdFenceStoreTest, ARaiseWaitsForTheOtherMembersAdmittedLowerWrite) {
   fb.Release();
   auto r9 = w9.WaitFor(1s);
   ASSERT_TRUE(r9 && r9->admission == Admission::kAdmitted) << Describe(r9);
-  EXPECT_GE(w9.resolved_at(), released);
+  EXPECT_TRUE(w9.resolved_at() >= released) << "admitted "
+      << std::chrono::duration<double>(released - w9.resolved_at()).count() << " s before B's release";
   fa.Release();
   EXPECT_TRUE(Eventually([&] { return fb.max_token() == 9; }, 2s)) << fb.max_token();
 }
