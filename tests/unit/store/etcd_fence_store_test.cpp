@@ -221,6 +221,20 @@ bool StaleAt(const Fence& fence, uint64_t token, uint64_t max) {
   return r.admission == Admission::kStale && r.max_token == max;
 }
 
+// A member of prefix on the etcd at endpoint, attached as the proxy attaches it; null (with the
+// failure) if it cannot open. metrics must outlive it.
+std::unique_ptr<Member> JoinAt(const std::string& endpoint, const std::string& prefix, FenceRegistryObserver& metrics) {
+  std::string error;
+  auto m = std::make_unique<Member>();
+  m->store = EtcdFenceStore::Open(StoreConfig(endpoint, prefix), kRequestTimeout, 5s, nullptr, &error);
+  EXPECT_NE(m->store, nullptr) << error;
+  if (!m->store) return nullptr;
+  m->registry = std::make_unique<FenceRegistry>(m->store->maxima(), m->store->TakeKeyMaxima(), *m->store, metrics);
+  m->store->Attach(*m->registry);
+  EXPECT_TRUE(m->store->gate()->Open()) << "the gate opens at Attach";
+  return m;
+}
+
 class EtcdFenceStoreTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -244,19 +258,7 @@ class EtcdFenceStoreTest : public ::testing::Test {
     prefix_ = std::string("/fp-store-test/") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
 
-  // A member on the suite's etcd (or endpoint), attached; null (with the failure) if it cannot open.
-  std::unique_ptr<Member> Join(const std::string& endpoint = "") {
-    std::string error;
-    auto m = std::make_unique<Member>();
-    m->store = EtcdFenceStore::Open(StoreConfig(endpoint.empty() ? etcd_->endpoint() : endpoint, prefix_),
-                                    kRequestTimeout, 5s, nullptr, &error);
-    EXPECT_NE(m->store, nullptr) << error;
-    if (!m->store) return nullptr;
-    m->registry = std::make_unique<FenceRegistry>(m->store->maxima(), m->store->TakeKeyMaxima(), *m->store, metrics_);
-    m->store->Attach(*m->registry);
-    EXPECT_TRUE(m->store->gate()->Open()) << "the gate opens at Attach";
-    return m;
-  }
+  std::unique_ptr<Member> Join() { return JoinAt(etcd_->endpoint(), prefix_, metrics_); }
 
   static inline EtcdProcess* etcd_ = nullptr;
   static inline std::string dir_;
@@ -499,17 +501,8 @@ TEST(EtcdFenceStoreDown, ARaiseWhileEtcdIsDownIsUnavailableTheGateClosesAndBothC
   EtcdProcess etcd;
   std::string error;
   ASSERT_TRUE(etcd.Start(dir, nullptr, {}, &error)) << error;
-  auto join = [&] {
-    auto m = std::make_unique<Member>();
-    m->store = EtcdFenceStore::Open(StoreConfig(etcd.endpoint(), "/fp-store-test/down"), kRequestTimeout, 5s, nullptr,
-                                    &error);
-    EXPECT_NE(m->store, nullptr) << error;
-    if (!m->store) return std::unique_ptr<Member>();
-    m->registry = std::make_unique<FenceRegistry>(m->store->maxima(), m->store->TakeKeyMaxima(), *m->store, metrics);
-    m->store->Attach(*m->registry);
-    return m;
-  };
-  auto a = join(), b = join();
+  auto a = JoinAt(etcd.endpoint(), "/fp-store-test/down", metrics);
+  auto b = JoinAt(etcd.endpoint(), "/fp-store-test/down", metrics);
   ASSERT_TRUE(a && b);
   Fence& fa = a->fence("orders");
   Fence& fb = b->fence("orders");
