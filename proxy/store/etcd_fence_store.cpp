@@ -617,9 +617,11 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     auto it = targets_.find(name);
     if (it != targets_.end() && it->second.op && token >= it->second.op->token) {
       Target& target = it->second;
-      if (target.op->kind == Op::Kind::kAck) Observe("ack", Since(target.op->started));
-      // The watch can show our own commit before its txn answers.
-      if (target.op->kind == Op::Kind::kRaise && token == target.op->token) CountRaise(*target.op);
+      if (target.op->kind == Op::Kind::kAck) {
+        Observe("ack", Since(target.op->started));
+      } else if (token == target.op->token && target.op->committing) {
+        CountRaise(*target.op);  // our commit, seen on the watch before its txn's answer
+      }
       // Ours (its commit's answer may come later) or a higher one committed elsewhere.
       if (token > target.op->token && registry_) registry_->SharedCommitted(fence, key, token);
       Complete(name, target, token == target.op->token ? PersistResult::kDurable : PersistResult::kNotDurable);

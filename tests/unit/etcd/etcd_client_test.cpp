@@ -1,12 +1,12 @@
 // EtcdClient (calls, txns, leases, watches) and EtcdLockService: the gateway's small rules as
-// tables, then the client against a real etcd (Debian's /usr/bin/etcd on free 127.0.0.1 ports, a
-// temporary data directory), plain HTTP once per suite, and https with auth in a suite of its own
-// (certificates made by openssl).
+// tables, then the client against a real etcd (etcd/etcd_process.h), plain HTTP once per suite,
+// and https with auth in a suite of its own (certificates made by openssl).
 // Without etcd the real-server tests skip, unless FP_REQUIRE_LOCK_SERVICES=1 makes that a failure.
 
 #include "etcd/etcd_client.h"
 #include "lockservice/etcd_lock_service.h"
 
+#include "etcd/etcd_process.h"
 #include "test_files.h"
 
 #include <boost/json.hpp>
@@ -39,9 +39,6 @@ namespace json = boost::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using Status = HolderAnswer::Status;
-
-constexpr const char* kEtcd = "/usr/bin/etcd";
-constexpr const char* kEtcdctl = "/usr/bin/etcdctl";
 
 // ------------------------------------------------------------------------------- pure rules
 
@@ -372,24 +369,6 @@ TEST(EtcdClientCreate, CallAfterStopCompletesAtOnce) {
 
 // ------------------------------------------------------------------------------- helpers
 
-bool RequireLockServices() {
-  const char* v = std::getenv("FP_REQUIRE_LOCK_SERVICES");
-  return v != nullptr && std::string(v) != "" && std::string(v) != "0";
-}
-
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A port that accepts connections (the kernel's backlog) and never answers: a hung member.
 class BlackHole {
  public:
@@ -411,122 +390,6 @@ class BlackHole {
   int fd_ = -1;
   uint16_t port_ = 0;
 };
-
-// Runs a command through the shell; its output (stdout and stderr) and exit status.
-std::pair<int, std::string> Shell(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-struct EtcdTls {
-  std::string cert_file, key_file, ca_file;
-};
-
-// One etcd member on free 127.0.0.1 ports, as tests/integration/lockservices.py starts it.
-class EtcdProcess {
- public:
-  // extra: more flags. Empty error: running and healthy.
-  bool Start(const std::string& dir, const EtcdTls* tls, std::vector<std::string> extra, std::string* error) {
-    dir_ = dir;
-    tls_ = tls ? *tls : EtcdTls{};
-    port_ = FreePort();
-    uint16_t peer = FreePort();
-    std::string scheme = tls ? "https" : "http";
-    endpoint_ = scheme + "://127.0.0.1:" + std::to_string(port_);
-    std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
-    std::vector<std::string> args = {kEtcd, "--name", "fp-test", "--data-dir", dir + "/data",
-                                     "--listen-client-urls", endpoint_, "--advertise-client-urls", endpoint_,
-                                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                                     "--initial-cluster", "fp-test=" + peer_url, "--initial-cluster-state", "new",
-                                     "--heartbeat-interval", "50", "--election-timeout", "500",
-                                     "--logger", "zap", "--log-outputs", "stderr"};
-    if (tls) {
-      for (std::string a : {"--cert-file", tls->cert_file.c_str(), "--key-file", tls->key_file.c_str()})
-        args.push_back(a);
-    }
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::string log = dir + "/etcd.log";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      FILE* f = std::freopen(log.c_str(), "w", stderr);
-      (void)f;
-      ::dup2(2, 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(kEtcd, argv.data());
-      ::_exit(127);
-    }
-    auto until = Clock::now() + 20s;
-    while (Clock::now() < until) {
-      if (Ctl("endpoint health").first == 0) return true;
-      int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    *error = "etcd did not become healthy; log:\n" + ReadBytes(log).substr(0, 3000);
-    Kill();
-    return false;
-  }
-
-  std::pair<int, std::string> Ctl(const std::string& args, const std::string& user = "") const {
-    std::string cmd = std::string("ETCDCTL_API=3 ") + kEtcdctl + " --endpoints=" + endpoint_ + " --dial-timeout=2s";
-    if (!tls_.ca_file.empty()) cmd += " --cacert=" + tls_.ca_file;
-    if (!user.empty()) cmd += " --user=" + user;
-    return Shell(cmd + " " + args);
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGCONT);
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  // Returns once etcd is stopped: SIGSTOP reaches a busy process's threads a little later, and one
-  // of them could still answer a request sent right after kill().
-  void Pause() {
-    ::kill(pid_, SIGSTOP);
-    int status = 0;
-    ::waitpid(pid_, &status, WUNTRACED);
-  }
-  void Resume() { ::kill(pid_, SIGCONT); }
-  ~EtcdProcess() { Kill(); }
-
-  const std::string& endpoint() const { return endpoint_; }
-
- private:
-  std::string dir_;
-  EtcdTls tls_;
-  uint16_t port_ = 0;
-  std::string endpoint_;
-  pid_t pid_ = -1;
-};
-
-std::string MakeTempDir(const char* name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (std::string(name) + "_XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) return "";
-  return tmpl;
-}
-
-// Skip (or, when the services are required, fail) the suite without etcd.
-#define FP_REQUIRE_ETCD()                                                                    \
-  do {                                                                                       \
-    if (::access(kEtcd, X_OK) != 0 || ::access(kEtcdctl, X_OK) != 0) {                       \
-      if (RequireLockServices()) FAIL() << "FP_REQUIRE_LOCK_SERVICES is set but etcd is missing"; \
-      GTEST_SKIP() << "etcd/etcdctl missing (apt-get install etcd-server etcd-client)";      \
-    }                                                                                        \
-  } while (0)
 
 EtcdResult CallSync(EtcdClient& client, const std::string& path, json::object request) {
   std::promise<EtcdResult> p;
