@@ -156,12 +156,13 @@ int RunProxy(const std::string& config_path) {
   auto server = std::make_unique<ProxyServer>(config, *registry, metrics, *lock_services);
   // The lock-service clients stop while the workers' io_contexts still exist: a verification
   // still under way ends as unavailable and posts its answer to a stopped (not a freed) worker.
+  bool drained = false;  // every connection ended at shutdown: no admitted write is left
   auto stop_serving = [&] {
     server->Stop();
     lock_services->Stop();
     // The membership goes last: until the workers have stopped, another proxy's raise must
     // still wait for this one.
-    if (shared) shared->Stop();
+    if (shared) shared->Stop(drained);
   };
   if (Status s = server->Start(); !s.ok()) {
     LogError("cannot start; exiting", {{"error", s.message()}});
@@ -209,7 +210,8 @@ int RunProxy(const std::string& config_path) {
   LogInfo("shutting down: not ready, no new connections, draining in-flight requests",
           {{"timeout_ms", config->timeouts.shutdown.count()}});
   server->BeginShutdown();
-  if (!server->WaitDrained(config->timeouts.shutdown)) {
+  drained = server->WaitDrained(config->timeouts.shutdown);
+  if (!drained) {
     LogWarn("shutdown timeout reached with connections still open", {{"connections", server->connections()}});
   }
   stop_serving();

@@ -108,6 +108,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
         observer_(observer),
         prefix_(config.prefix + "/"),
         members_prefix_(prefix_ + "members/"),
+        roster_prefix_(prefix_ + "roster/"),
         max_prefix_(prefix_ + "max/"),
         pending_prefix_(prefix_ + "pending/"),
         ack_prefix_(prefix_ + "ack/"),
@@ -133,12 +134,12 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       *error = "etcd " + endpoints_ + " did not answer within " + std::to_string(wait.count()) +
                " ms (registering this proxy and reading prefix " + config_.prefix + ")" +
                (LastError().empty() ? "" : ": " + LastError());
-      Stop();
+      Stop(false);
       return false;
     }
     *error = result.get();
     if (!error->empty()) {
-      Stop();
+      Stop(false);
       return false;
     }
     return true;
@@ -160,7 +161,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     attached.get_future().wait();
   }
 
-  void Stop() {
+  void Stop(bool left_cleanly) {
     {
       std::lock_guard lock(stop_mu_);
       if (stopped_) return;
@@ -169,7 +170,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     gate_.Close();
     if (thread_.joinable()) {
       std::promise<void> revoked;
-      net::post(io_, [this, &revoked] {
+      net::post(io_, [this, &revoked, left_cleanly] {
         stopping_ = true;
         on_started_ = nullptr;
         for (auto& [name, target] : targets_) {
@@ -181,10 +182,20 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
           revoked.set_value();
           return;
         }
-        // The member key goes with the lease: the others stop waiting for this proxy now.
-        client_->LeaseRevoke(lease_, [&revoked](EtcdResult) { revoked.set_value(); });
+        // The member key goes with the lease. With every admitted write ended, the roster entry
+        // goes first: the others stop waiting for this proxy now; else they wait
+        // timeouts.request after the key has gone.
+        auto revoke = [this, &revoked] {
+          client_->LeaseRevoke(lease_, [&revoked](EtcdResult) { revoked.set_value(); });
+        };
+        if (!left_cleanly) {
+          revoke();
+          return;
+        }
+        client_->Call("/v3/kv/txn", etcd::Txn({}, {etcd::DeleteOp(roster_prefix_ + member_id_)}, {}),
+                      [this, revoke](EtcdResult) { net::post(io_, revoke); });
       });
-      revoked.get_future().wait_for(config_.etcd.timeout + std::chrono::milliseconds(500));
+      revoked.get_future().wait_for(2 * config_.etcd.timeout + std::chrono::milliseconds(500));
     }
     if (client_) client_->Stop();
     work_.reset();
@@ -259,6 +270,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   struct Member {
     bool alive = true;
     SteadyClock::time_point gone_at{};
+    bool cleaning = false;  // its roster entry's delete is under way
   };
 
   // ------------------------------------------------------------------ errors and metrics
@@ -276,10 +288,6 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     if (observer_) observer_->Observe(op, seconds);
   }
   void CountMembers() {
-    // A member gone long ago is forgotten (no raise waits that long for anyone).
-    const auto forget_before = SteadyClock::now() - 2 * request_timeout_ - std::chrono::seconds(config_.member_ttl) -
-                               std::chrono::seconds(60);
-    std::erase_if(members_, [&](const auto& entry) { return !entry.second.alive && entry.second.gone_at < forget_before; });
     int64_t alive = 0;
     for (const auto& [id, m] : members_) alive += m.alive;
     {
@@ -311,10 +319,11 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     lease_ttl_ = ttl;
     member_id_ = shared_fence::MemberId(id);
     json::object info{{"host", HostName()}, {"pid", int64_t(getpid())}, {"started_unix", int64_t(time(nullptr))}};
-    json::object put{{"key", etcd::Base64Encode(MemberKey())},
-                     {"value", etcd::Base64Encode(json::serialize(info))},
-                     {"lease", std::to_string(id)}};
-    client_->Call("/v3/kv/put", std::move(put), [self = shared_from_this(), sent, id](EtcdResult r) {
+    // The member key lives with the lease; the roster entry outlives it, until the others have
+    // waited timeouts.request for the writes it may still have had in flight (CleanRoster).
+    const std::string value = json::serialize(info);
+    json::object txn = etcd::Txn({}, {etcd::PutOp(MemberKey(), value, id), etcd::PutOp(roster_prefix_ + member_id_, value)}, {});
+    client_->Call("/v3/kv/txn", std::move(txn), [self = shared_from_this(), sent, id](EtcdResult r) {
       net::post(self->io_, [self, r = std::move(r), sent, id] {
         if (self->stopping_ || id != self->lease_) return;
         if (!r.ok()) {
@@ -389,6 +398,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     lease_ttl_ = ttl;
     renewed_sent_ = sent;
     OpenGate();
+    CleanRoster();
     if (keepalive_failed_) {
       // etcd was unreachable: the watch may have missed events without noticing (a frozen
       // etcd ends no connection). Read again and watch anew.
@@ -396,6 +406,21 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       Resync();
     }
     ScheduleKeepAlive(KeepAlivePeriod());
+  }
+
+  // Takes off the roster the members gone for timeouts.request (their writes have ended), if
+  // their member key is still gone: any member may do it, the compare makes it safe.
+  void CleanRoster() {
+    const auto now = SteadyClock::now();
+    for (auto& [id, m] : members_) {
+      if (m.alive || m.cleaning || now < m.gone_at + request_timeout_) continue;
+      m.cleaning = true;
+      json::object txn = etcd::Txn({etcd::CompareModRevision(members_prefix_ + id, 0)},
+                                   {etcd::DeleteOp(roster_prefix_ + id)}, {});
+      Txn(std::move(txn), [this, id](const EtcdResult& r, const etcd::TxnResult&) {
+        if (auto it = members_.find(id); it != members_.end() && !r.ok()) it->second.cleaning = false;
+      });
+    }
   }
 
   void LoseMembership() {
@@ -485,11 +510,14 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   void ApplyLoad(const LoadState& state) {
     std::map<std::string, Pending> pendings;
     std::map<std::string, bool> members;
+    std::vector<std::string> roster;
     std::vector<std::pair<std::string, uint64_t>> acks_for_ops;
     for (const etcd::KeyValue& kv : state.kvs) {
       std::string_view key(kv.key);
       if (key.starts_with(members_prefix_)) {
         members[std::string(key.substr(members_prefix_.size()))] = true;
+      } else if (key.starts_with(roster_prefix_)) {
+        roster.emplace_back(key.substr(roster_prefix_.size()));
       } else if (key.starts_with(max_prefix_)) {
         uint64_t token = 0;
         std::string fence, k;
@@ -517,6 +545,15 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     for (const auto& [id, alive] : members) members_[id] = Member{};
+    // On the roster without a member key: gone, when exactly we cannot know, so from now (its
+    // admitted writes may run timeouts.request past its lease).
+    for (const std::string& id : roster) {
+      if (members.contains(id)) continue;
+      if (auto [it, added] = members_.try_emplace(id); added || it->second.alive) {
+        it->second.alive = false;
+        it->second.gone_at = now;
+      }
+    }
     CountMembers();
     if (!registry_) {
       start_pendings_ = std::move(pendings);
@@ -586,6 +623,12 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
         if (!put) {
           // A raise waiting for it can go once timeouts.request has passed.
           for (auto& [name, target] : targets_) CheckRaise(name, target);
+        }
+      } else if (key.starts_with(roster_prefix_)) {
+        // Off the roster: nobody waits for it any more.
+        if (auto it = members_.find(std::string(key.substr(roster_prefix_.size()))); !put && it != members_.end() &&
+                                                                                   !it->second.alive) {
+          members_.erase(it);
         }
       } else if (key.starts_with(max_prefix_)) {
         uint64_t token = 0;
@@ -836,11 +879,13 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   // pending := T, if max and pending are as we believe; members read in the same revision.
   void PendingTxn(const std::string& name, uint64_t id, int64_t max_revision, int64_t pending_revision) {
     Op* op = FindOp(name, id);
-    const std::string members_end = etcd::PrefixRangeEnd(members_prefix_);
+    // The roster, not only the members: one whose lease ended a moment ago may still have writes
+    // in flight, and is waited for like any member whose key is gone.
+    const std::string roster_end = etcd::PrefixRangeEnd(roster_prefix_);
     json::object request = etcd::Txn(
         {etcd::CompareModRevision(MaxKey(name), max_revision), etcd::CompareModRevision(PendingKey(name), pending_revision)},
         {etcd::PutOp(PendingKey(name), TokenText(op->token) + " " + member_id_, lease_),
-         etcd::RangeOp(members_prefix_, members_end)},
+         etcd::RangeOp(roster_prefix_, roster_end)},
         {etcd::RangeOp(MaxKey(name)), etcd::RangeOp(PendingKey(name))});
     Txn(std::move(request), [this, name, id](const EtcdResult& r, const etcd::TxnResult& txn) {
       OnPendingTxn(name, id, r, txn);
@@ -935,7 +980,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     }
     op->early_acks.clear();
     for (const etcd::KeyValue& kv : members) {
-      std::string member = kv.key.substr(members_prefix_.size());
+      std::string member = kv.key.substr(roster_prefix_.size());
       if (member != member_id_) op->awaiting.push_back(member);
     }
     CheckRaise(name, target);
@@ -1072,7 +1117,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   const FenceStoreConfig config_;
   const std::chrono::milliseconds request_timeout_;
   const FenceStoreObserver* observer_;
-  const std::string prefix_, members_prefix_, max_prefix_, pending_prefix_, ack_prefix_;
+  const std::string prefix_, members_prefix_, roster_prefix_, max_prefix_, pending_prefix_, ack_prefix_;
   std::string endpoints_;
 
   net::io_context io_;
@@ -1121,11 +1166,11 @@ std::unique_ptr<EtcdFenceStore> EtcdFenceStore::Open(const FenceStoreConfig& con
 }
 
 EtcdFenceStore::EtcdFenceStore(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-EtcdFenceStore::~EtcdFenceStore() { Stop(); }
+EtcdFenceStore::~EtcdFenceStore() { Stop(false); }
 const FenceMaxima& EtcdFenceStore::maxima() const { return impl_->maxima; }
 FenceKeyMaxima EtcdFenceStore::TakeKeyMaxima() { return std::move(impl_->keys); }
 void EtcdFenceStore::Attach(FenceRegistry& registry) { impl_->Attach(registry); }
-void EtcdFenceStore::Stop() { impl_->Stop(); }
+void EtcdFenceStore::Stop(bool left_cleanly) { impl_->Stop(left_cleanly); }
 void EtcdFenceStore::Persist(FenceRecord record, Done done) { impl_->Persist(std::move(record), std::move(done)); }
 const MembershipGate* EtcdFenceStore::gate() const { return impl_->gate(); }
 EtcdFenceStore::Status EtcdFenceStore::status() const {

@@ -5,11 +5,14 @@
 //
 //   etcd key (under the prefix)       value                               lease
 //   members/<member id>               {"host","pid","started_unix"}       the member's
+//   roster/<member id>                the same                            none (taken off
+//                                                                         timeouts.request after
+//                                                                         the member key went)
 //   max/<fence>[/<key>]               the committed max, 20 digits        none
 //   pending/<fence>[/<key>]           "<20-digit T> <raiser id>"          the raiser's
 //   ack/<member id>/<fence>[/<key>]   "<20-digit T> <pending's revision>" the acker's
 //
-//   a raise to T    pending := T (compare-and-set), reading the members in the same txn; wait
+//   a raise to T    pending := T (compare-and-set), reading the roster in the same txn; wait
 //                   until each other member acked T at that revision, or its member key is gone
 //                   and timeouts.request has passed since; max := T and pending deleted (CAS)
 //   another's T     the local fence refuses tokens below T and drains (Fence::RemotePending),
@@ -82,9 +85,11 @@ class EtcdFenceStore final : public RaiseStore {
   // From now on the other members' raises reach the registry's fences (those pending at Open
   // first), and the gate opens. Call once, before any request is served.
   void Attach(FenceRegistry& registry);
-  // Closes the gate, gives up the raises under way, revokes the membership (the others stop
-  // waiting for this proxy once its member key is gone) and stops the thread. Idempotent.
-  void Stop();
+  // Closes the gate, gives up the raises under way, revokes the membership and stops the thread.
+  // left_cleanly (every admitted write has ended): this proxy also leaves the roster, and the
+  // others stop waiting for it at once; else they wait timeouts.request after its member key has
+  // gone, as for a proxy that died. Idempotent.
+  void Stop(bool left_cleanly = false);
 
   void Persist(FenceRecord record, Done done) override;
   const MembershipGate* gate() const override;
