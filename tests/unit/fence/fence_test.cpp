@@ -23,6 +23,7 @@
 
 #include "fence/fence_observer.h"
 #include "fence/fence.h"
+#include "fence/admission_names.h"
 
 namespace fencing {
 namespace {
@@ -77,18 +78,6 @@ class FakeWaiter : public RaiseWaiter {
   std::function<void(Admission, uint64_t)> on_resolve;
 };
 
-const char* Name(Admission a) {
-  switch (a) {
-    case Admission::kAdmitted: return "admitted";
-    case Admission::kWaiting: return "waiting";
-    case Admission::kStale: return "stale";
-    case Admission::kFailed: return "failed";
-    case Admission::kTooFar: return "too far";
-    case Admission::kKeyLimit: return "key limit";
-    case Admission::kUnavailable: return "unavailable";
-  }
-  return "?";
-}
 
 // Prints as "admitted/7" in assertion messages.
 testing::AssertionResult Is(Admission expected, uint64_t expected_max, const AdmitResult& r) {
