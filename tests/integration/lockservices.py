@@ -170,11 +170,13 @@ class EtcdServer:
         self._launch()
         self.startup_seconds = time.monotonic() - self.started
 
-    def _launch(self):
+    def _launch(self, keep_on_failure=False):
         """Starts etcd on this server's ports and data directory and waits until it is healthy.
         The data directory may hold an earlier run's data (restart): etcd then ignores the
-        --initial-cluster flags and carries on from it."""
+        --initial-cluster flags and carries on from it. keep_on_failure: a failed start leaves
+        the data directory for another try."""
         self._log = open(self.log_path, "ab")
+        self._launch_log_offset = self._log.tell()
         self.proc = subprocess.Popen(
             [ETCD, "--name", "fp-test", "--data-dir", os.path.join(self.workdir, "data"),
              "--listen-client-urls", self._client_url,
@@ -193,7 +195,11 @@ class EtcdServer:
                 raise LockServiceError("etcd exited with %s; log:\n%s"
                                        % (self.proc.returncode, self.log_tail()))
         except Exception:
-            self.stop()
+            if keep_on_failure:
+                _stop_process(self.proc, signal.SIGKILL)
+                self._log.close()
+            else:
+                self.stop()
             raise
 
     def kill(self):
@@ -206,7 +212,21 @@ class EtcdServer:
         """Starts the server again on the same port and data directory (after kill())."""
         if self.proc.poll() is None:
             raise LockServiceError("etcd is still running")
-        self._launch()
+        for attempt in range(5):
+            try:
+                self._launch(keep_on_failure=True)
+                return
+            except LockServiceError:
+                with open(self.log_path, "rb") as f:
+                    f.seek(self._launch_log_offset)
+                    this_try = f.read().decode("utf-8", "replace")
+                if "address already in use" not in this_try or self.endpoint in this_try.split(
+                        "address already in use")[0].rsplit("\n", 1)[-1] or attempt == 4:
+                    raise
+                # While etcd was down, another test took its peer port (a single member's peer
+                # port serves nobody else): another one. The client port, which the clients
+                # know, is what stays.
+                self._peer_url = "http://127.0.0.1:%d" % _free_port()
 
     def pause(self):
         """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server)."""
