@@ -417,8 +417,9 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       m.cleaning = true;
       json::object txn = etcd::Txn({etcd::CompareModRevision(members_prefix_ + id, 0)},
                                    {etcd::DeleteOp(roster_prefix_ + id)}, {});
-      Txn(std::move(txn), [this, id](const EtcdResult& r, const etcd::TxnResult&) {
-        if (auto it = members_.find(id); it != members_.end() && !r.ok()) it->second.cleaning = false;
+      // (A copy: clang does not capture a structured binding.)
+      Txn(std::move(txn), [this, member = id](const EtcdResult& r, const etcd::TxnResult&) {
+        if (auto it = members_.find(member); it != members_.end() && !r.ok()) it->second.cleaning = false;
       });
     }
   }
