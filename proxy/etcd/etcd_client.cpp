@@ -873,7 +873,8 @@ class EtcdClient::Impl {
   }
 
   // ---- Watches on the io thread.
-  void EndWatch(const WatchPtr& w, WatchEnd end) {
+  // By value: a caller's reference may be the watches_ entry that this erases.
+  void EndWatch(WatchPtr w, WatchEnd end) {
     if (w->ended) return;
     w->ended = true;
     w->guard.cancel();
