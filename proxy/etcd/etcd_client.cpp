@@ -1095,24 +1095,33 @@ class EtcdClient::Impl {
     w->on_events(etcd::HeaderRevision(r), std::move(events));
   }
 
+  // One read of the response body into stream.buffer; *data: what it read. A full buffer is
+  // no error (the caller takes it and reads on).
+  net::awaitable<beast::error_code> ReadChunk(Connection& conn, WatchStream& stream, std::string_view* data) {
+    auto& body = stream.parser.get().body();
+    body.data = stream.buffer.data();
+    body.size = stream.buffer.size();
+    beast::error_code ec;
+    // (if/else, not ?: : GCC 12 miscompiles co_await inside a conditional expression.)
+    if (conn.tls) ec = co_await ReadSome(*conn.tls, conn.buffer, stream.parser);
+    else ec = co_await ReadSome(*conn.plain, conn.buffer, stream.parser);
+    if (ec == http::error::need_buffer) ec = {};
+    *data = std::string_view(stream.buffer.data(), stream.buffer.size() - body.size);
+    co_return ec;
+  }
+
   // Reads on until at least one whole message is in stream.messages. Empty, or why not.
   net::awaitable<std::string> ReadMessages(Connection& conn, WatchStream& stream) {
     while (stream.messages.empty()) {
       if (stream.parser.is_done()) co_return "etcd ended the watch's response";
-      auto& body = stream.parser.get().body();
-      body.data = stream.buffer.data();
-      body.size = stream.buffer.size();
-      beast::error_code ec;
-      if (conn.tls) ec = co_await ReadSome(*conn.tls, conn.buffer, stream.parser);
-      else ec = co_await ReadSome(*conn.plain, conn.buffer, stream.parser);
-      if (ec == http::error::need_buffer) ec = {};  // the buffer is full: split it, read on
+      std::string_view data;
+      beast::error_code ec = co_await ReadChunk(conn, stream, &data);
       if (ec) {
         if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
             ec == ssl::error::stream_truncated)
           co_return "the connection closed (" + Describe(ec) + ")";
         co_return "receive: " + Describe(ec);
       }
-      std::string_view data(stream.buffer.data(), stream.buffer.size() - body.size);
       while (!data.empty()) {
         boost::system::error_code jec;
         size_t used = stream.splitter.write_some(data.data(), data.size(), jec);
@@ -1132,14 +1141,9 @@ class EtcdClient::Impl {
   // An error answer's body (small: at most the buffer). Empty, or why it could not be read.
   net::awaitable<std::string> ReadErrorBody(Connection& conn, WatchStream& stream, std::string* out) {
     while (!stream.parser.is_done() && out->size() < stream.buffer.size()) {
-      auto& body = stream.parser.get().body();
-      body.data = stream.buffer.data();
-      body.size = stream.buffer.size();
-      beast::error_code ec;
-      if (conn.tls) ec = co_await ReadSome(*conn.tls, conn.buffer, stream.parser);
-      else ec = co_await ReadSome(*conn.plain, conn.buffer, stream.parser);
-      if (ec == http::error::need_buffer) ec = {};
-      out->append(stream.buffer.data(), stream.buffer.size() - body.size);
+      std::string_view data;
+      beast::error_code ec = co_await ReadChunk(conn, stream, &data);
+      out->append(data);
       if (ec) co_return "receive: " + Describe(ec);
     }
     co_return "";

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "etcd/etcd_client.h"
 #include "fence/fence_registry.h"
+#include "http/rules.h"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -39,16 +40,7 @@ std::string TokenText(uint64_t token) {
 }
 
 bool ParseToken(std::string_view text, uint64_t* token) {
-  if (text.size() != 20) return false;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    const uint64_t digit = uint64_t(c - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  *token = value;
-  return true;
+  return text.size() == kMaxU64Digits && ParseDecimalU64(text, token);
 }
 
 std::string MemberId(int64_t lease) {
@@ -58,9 +50,9 @@ std::string MemberId(int64_t lease) {
 }
 
 bool ParseTokenAnd(std::string_view text, uint64_t* token, std::string* word) {
-  if (text.size() < 22 || text[20] != ' ') return false;
-  if (!ParseToken(text.substr(0, 20), token)) return false;
-  std::string_view rest = text.substr(21);
+  if (text.size() < kMaxU64Digits + 2 || text[kMaxU64Digits] != ' ') return false;
+  if (!ParseToken(text.substr(0, kMaxU64Digits), token)) return false;
+  std::string_view rest = text.substr(kMaxU64Digits + 1);
   if (rest.empty() || rest.find(' ') != std::string_view::npos) return false;
   *word = std::string(rest);
   return true;
@@ -174,7 +166,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
         stopping_ = true;
         on_started_ = nullptr;
         for (auto& [name, target] : targets_) {
-          if (target.op) Complete(name, target, PersistResult::kNotDurable);
+          if (target.op) Complete(target, PersistResult::kNotDurable);
         }
         if (watch_) watch_->Cancel();
         keepalive_timer_.cancel();
@@ -430,7 +422,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     lease_ = 0;
     // Our pendings and acks went with the lease.
     for (auto it = targets_.begin(); it != targets_.end();) {
-      if (it->second.op) Complete(it->first, it->second, PersistResult::kNotDurable);
+      if (it->second.op) Complete(it->second, PersistResult::kNotDurable);
       it = Prune(it);
     }
     if (watch_) {
@@ -512,7 +504,6 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     std::map<std::string, Pending> pendings;
     std::map<std::string, bool> members;
     std::vector<std::string> roster;
-    std::vector<std::pair<std::string, uint64_t>> acks_for_ops;
     for (const etcd::KeyValue& kv : state.kvs) {
       std::string_view key(kv.key);
       if (key.starts_with(members_prefix_)) {
@@ -668,7 +659,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       }
       // Ours (its commit's answer may come later) or a higher one committed elsewhere.
       if (token > target.op->token && registry_) registry_->SharedCommitted(fence, key, token);
-      Complete(name, target, token == target.op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
+      Complete(target, token == target.op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
       return;
     }
     if (registry_) {
@@ -707,7 +698,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       // keeps a higher pending raise and asks for it next).
       const bool higher = p.token > op.token;
       if (higher) ApplyPending(name, target);
-      Complete(name, target, PersistResult::kNotDurable);
+      Complete(target, PersistResult::kNotDurable);
       if (!higher) ApplyPending(name, target);
       return;
     }
@@ -739,9 +730,9 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       if (op.kind == Op::Kind::kAck && op.pending_revision == p.revision) {
         // Deleted without a commit first (a commit puts the max before it deletes): withdrawn.
         Observe("ack", Since(op.started));
-        Complete(name, target, PersistResult::kNotDurable);
+        Complete(target, PersistResult::kNotDurable);
       } else if (op.kind == Op::Kind::kRaise && op.revision == p.revision && !op.committing) {
-        Complete(name, target, PersistResult::kNotDurable);
+        Complete(target, PersistResult::kNotDurable);
       }
     } else if (target.fence && p.member != member_id_) {
       target.fence->RemoteWithdrawn(p.token);
@@ -793,7 +784,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       }
       if (target.pending->token > token) {
         ApplyPending(name, target);
-        Complete(name, target, PersistResult::kNotDurable);
+        Complete(target, PersistResult::kNotDurable);
         PruneOne(name);
         return;
       }
@@ -801,7 +792,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     op.kind = Op::Kind::kRaise;
     if (keepalive_failed_) {
       // etcd did not answer the last renewal: a raise now would only wait for its timeout.
-      Complete(name, target, PersistResult::kNotDurable);
+      Complete(target, PersistResult::kNotDurable);
       PruneOne(name);
       return;
     }
@@ -926,7 +917,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       // It may have been written all the same: a pending of ours that no raise owns is withdrawn
       // when the watch shows it.
       NoteError("cannot write the pending raise of " + name + ": " + r.error);
-      Complete(name, target, PersistResult::kNotDurable);
+      Complete(target, PersistResult::kNotDurable);
       PruneOne(name);
       return;
     }
@@ -936,7 +927,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       std::optional<Pending> pending;
       if (!ReadCurrent(txn, &max, &max_revision, &pending) || ++op->attempts > 5) {
         NoteError("cannot write the pending raise of " + name + ": the keys kept changing or were unreadable");
-        Complete(name, target, PersistResult::kNotDurable);
+        Complete(target, PersistResult::kNotDurable);
         PruneOne(name);
         return;
       }
@@ -944,7 +935,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
         std::string fence, key;
         shared_fence::SplitTarget(name, &fence, &key);
         if (max > op->token) registry_->SharedCommitted(fence, key, max);
-        Complete(name, target, max == op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
+        Complete(target, max == op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
         PruneOne(name);
         return;
       }
@@ -954,7 +945,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
           StartAck(name, target);
         } else {
           ApplyPending(name, target);
-          Complete(name, target, PersistResult::kNotDurable);
+          Complete(target, PersistResult::kNotDurable);
           PruneOne(name);
         }
         return;
@@ -968,7 +959,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
     if (txn.responses.size() != 2 || !etcd::ReadRange(txn.responses[1], &members, &more, &error)) {
       NoteError("unreadable member list in the pending raise's answer: " + error);
       Withdraw(name, txn.revision);
-      Complete(name, target, PersistResult::kNotDurable);
+      Complete(target, PersistResult::kNotDurable);
       PruneOne(name);
       return;
     }
@@ -1056,9 +1047,9 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
       if (max == op->token) {
         CountRaise(*op);
         target.pending.reset();
-        Complete(name, target, PersistResult::kDurable);
+        Complete(target, PersistResult::kDurable);
       } else {
-        Complete(name, target, PersistResult::kNotDurable);
+        Complete(target, PersistResult::kNotDurable);
       }
       PruneOne(name);
     });
@@ -1079,7 +1070,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
                 "timeouts.request");
       if (op->revision != 0) Withdraw(name, op->revision);
     }
-    Complete(name, target, PersistResult::kNotDurable);
+    Complete(target, PersistResult::kNotDurable);
     PruneOne(name);
   }
 
@@ -1092,8 +1083,7 @@ class EtcdFenceStore::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // Ends our persist: the fence hears the result (and may ask for the next raise at once).
-  void Complete(const std::string& name, Target& target, PersistResult result) {
-    (void)name;
+  void Complete(Target& target, PersistResult result) {
     if (!target.op) return;
     std::unique_ptr<Op> op = std::move(target.op);
     if (op->timer) op->timer->cancel();
@@ -1174,9 +1164,6 @@ void EtcdFenceStore::Attach(FenceRegistry& registry) { impl_->Attach(registry); 
 void EtcdFenceStore::Stop(bool left_cleanly) { impl_->Stop(left_cleanly); }
 void EtcdFenceStore::Persist(FenceRecord record, Done done) { impl_->Persist(std::move(record), std::move(done)); }
 const MembershipGate* EtcdFenceStore::gate() const { return impl_->gate(); }
-EtcdFenceStore::Status EtcdFenceStore::status() const {
-  Status s = impl_->status();
-  return s;
-}
+EtcdFenceStore::Status EtcdFenceStore::status() const { return impl_->status(); }
 
 }  // namespace fencing
