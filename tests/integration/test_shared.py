@@ -38,7 +38,7 @@ import unittest
 import urllib.request
 
 import lockservices as ls
-from harness import ProxyTestCase, free_port, metric, wait_for
+from harness import ProxyTestCase, binary_sanitizer, free_port, metric, wait_for
 from test_order import check_order
 
 
@@ -474,7 +474,9 @@ class SharedFencesTest(ProxyTestCase):
         seed = int(os.environ.get("FP_TEST_SEED") or time.time())
         print("\n  FP_TEST_SEED=%d" % seed)
         proxies = self.start_proxies()
-        duration, clients = 12.0, 8
+        # Shorter under a sanitizer: the run is several times slower there, and CI's budget is
+        # tight; a plain build still covers the long run.
+        duration, clients = (6.0 if binary_sanitizer() else 12.0), 8
         locks = {name: {"token": 0, "holder": None, "grants": 0}
                  for name in ("orders", "k0", "k1")}  # the "lock service": one lock per fence
         service_lock = threading.Lock()
