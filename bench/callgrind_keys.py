@@ -60,7 +60,7 @@ routes:
 """
 
 
-def send(port, path, n_total, conns=CONNS):
+def send(port, path, n_total, conns=CONNS, token=TOKEN):
     """n_total equal-token PUTs on `conns` keep-alive connections (a thread each)."""
     errors = []
 
@@ -68,7 +68,7 @@ def send(port, path, n_total, conns=CONNS):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         try:
             for _ in range(n):
-                c.request("PUT", path, body=b"e" * 128, headers={"X-Fencing-Token": str(TOKEN)})
+                c.request("PUT", path, body=b"e" * 128, headers={"X-Fencing-Token": str(token)})
                 r = c.getresponse()
                 r.read()
                 if r.status != 200:

@@ -3,6 +3,7 @@
 #include "admin/admin_server.h"
 #include "admin/metrics.h"
 #include "cli/state_command.h"
+#include "common/access_log.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/version.h"
@@ -159,6 +160,7 @@ int RunProxy(const std::string& config_path) {
   bool drained = false;  // every connection ended at shutdown: no admitted write is left
   auto stop_serving = [&] {
     server->Stop();
+    FlushAccessLog();  // the workers handed their last lines over as they stopped
     lock_services->Stop();
     // The membership goes last: until the workers have stopped, another proxy's raise must
     // still wait for this one.
@@ -221,7 +223,7 @@ int RunProxy(const std::string& config_path) {
   LogInfo("stopped");
   // Leave without destroying the sessions still parked on the stopped workers: tearing them down
   // would release admissions into fences whose writer is gone. Nothing is left to flush: every
-  // raise that was acknowledged is already durable, and logs are written unbuffered.
+  // raise that was acknowledged is already durable, and the access log was flushed above.
   std::_Exit(kExitOk);
 }
 

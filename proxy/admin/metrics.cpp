@@ -97,6 +97,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Help("Idle keep-alive connections closed at max_connections to admit a new one.")
                               .Register(*registry_)
                               .Add({});
+  access_log_dropped_lines_ = &BuildCounter()
+                                  .Name("fencing_proxy_access_log_dropped_lines_total")
+                                  .Help("Access log lines dropped because stderr fell more than 4 MiB behind.")
+                                  .Register(*registry_)
+                                  .Add({});
   state_write_failures_ = &BuildCounter()
                                .Name("fencing_proxy_state_write_failures_total")
                                .Help("Failed writes or syncs of the state file (the first one is terminal).")

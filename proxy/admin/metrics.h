@@ -87,6 +87,7 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
   prometheus::Gauge& connections() { return *connections_; }
   prometheus::Counter& connections_refused() { return *connections_refused_; }
   prometheus::Counter& connections_evicted() { return *connections_evicted_; }
+  prometheus::Counter& access_log_dropped_lines() { return *access_log_dropped_lines_; }
   prometheus::Counter& state_compactions(bool ok) { return ok ? *state_compactions_ : *state_compactions_failed_; }
   prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
   prometheus::Gauge& config_last_reload_success_timestamp_seconds() { return *config_last_reload_success_timestamp_; }
@@ -114,6 +115,7 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
   prometheus::Gauge* connections_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* connections_evicted_;
+  prometheus::Counter* access_log_dropped_lines_;
   prometheus::Counter* state_write_failures_;
   prometheus::Counter* state_compactions_;
   prometheus::Counter* state_compactions_failed_;

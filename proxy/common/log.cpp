@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <ctime>
+#include <mutex>
 #include <string>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@ namespace fencing {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::mutex g_stderr_mu;
 
 constexpr std::string_view kLevelNames[] = {"debug", "info", "warn", "error"};
 
@@ -55,12 +58,17 @@ void Log(LogLevel level, std::string_view message, boost::json::object fields) {
   for (auto& field : fields) line[field.key()] = std::move(field.value());
   std::string text = boost::json::serialize(line);
   text.push_back('\n');
-  // One write per line keeps lines whole when several threads log at once.
-  const char* p = text.data();
-  size_t left = text.size();
+  WriteLogLines(text);
+}
+
+void WriteLogLines(std::string_view lines) {
+  std::lock_guard lock(g_stderr_mu);
+  const char* p = lines.data();
+  size_t left = lines.size();
   while (left > 0) {
     ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n <= 0) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // stderr is gone or refuses: the lines are lost, nothing else can be done
     p += n;
     left -= static_cast<size_t>(n);
   }

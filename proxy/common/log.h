@@ -16,6 +16,10 @@ bool LogEnabled(LogLevel level);
 // Writes one line atomically (a single write(2) of the whole line).
 void Log(LogLevel level, std::string_view message, boost::json::object fields = {});
 
+// Writes whole lines to stderr under the lock Log() writes under, so that lines from several
+// threads never interleave (a write to a pipe or file larger than PIPE_BUF is not atomic).
+void WriteLogLines(std::string_view lines);
+
 inline void LogInfo(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kInfo, m, std::move(f)); }
 inline void LogWarn(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kWarn, m, std::move(f)); }
 inline void LogError(std::string_view m, boost::json::object f = {}) { Log(LogLevel::kError, m, std::move(f)); }

@@ -397,28 +397,29 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
 }
 
 void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) const {
-  boost::json::object line;
+  if (!LogEnabled(LogLevel::kInfo)) return;  // access lines are info lines
+  AccessEntry entry;
   if (parser) {
     const auto& req = parser->get();
-    line["method"] = std::string_view(req.method_string());
-    line["path"] = std::string_view(req.target());
+    entry.method = std::string_view(req.method_string());
+    entry.path = std::string_view(req.target());
   }
-  line["client"] = client_ip_;
-  line["status"] = record_.status;
+  entry.client = client_ip_;
+  entry.status = record_.status;
   if (plan) {
-    if (plan->route) line["route"] = plan->route->config->name;
-    line["decision"] = OutcomeName(plan->outcome);
-    if (plan->problem.token) line["token"] = *plan->problem.token;
-    if (plan->problem.max_token) line["max_token"] = *plan->problem.max_token;
+    if (plan->route) entry.route = std::string_view(plan->route->config->name);
+    entry.decision = OutcomeName(plan->outcome);
+    entry.token = plan->problem.token;
+    entry.max_token = plan->problem.max_token;
   } else {
-    line["decision"] = OutcomeName(Outcome::kRejectedRequest);
+    entry.decision = OutcomeName(Outcome::kRejectedRequest);
   }
-  if (record_.upstream_status) line["upstream_status"] = record_.upstream_status;
-  line["upstream_attempts"] = record_.upstream_attempts;
-  line["bytes_in"] = record_.bytes_in;
-  line["bytes_out"] = record_.bytes_out;
-  line["duration_s"] = std::chrono::duration<double>(Clock::now() - record_.start).count();
-  Log(LogLevel::kInfo, "access", std::move(line));
+  entry.upstream_status = record_.upstream_status;
+  entry.upstream_attempts = record_.upstream_attempts;
+  entry.bytes_in = record_.bytes_in;
+  entry.bytes_out = record_.bytes_out;
+  entry.duration_s = std::chrono::duration<double>(Clock::now() - record_.start).count();
+  worker_.LogAccess(entry);
 }
 
 io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {

@@ -108,6 +108,15 @@ void Worker::Stop() {
   if (!ioc_) return;
   ioc_->stop();
   if (thread_.joinable()) thread_.join();
+  FlushAccessLines();  // the thread has ended: its buffer is this thread's now
+}
+
+void Worker::LogAccess(const AccessEntry& entry) {
+  if (uint64_t dropped = access_log_.Append(entry)) shared_.metrics.access_log_dropped_lines().Increment(dropped);
+}
+
+void Worker::FlushAccessLines() {
+  if (uint64_t dropped = access_log_.Flush()) shared_.metrics.access_log_dropped_lines().Increment(dropped);
 }
 
 bool Worker::EvictLongestIdle() {
@@ -141,6 +150,7 @@ io::Awaitable<void> Worker::SweepIdle() {
     // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
     for (Session* session : sessions_) cooled += session->Sweep(now, timeouts.idle, period);
     pool_->Sweep(now, period);
+    FlushAccessLines();
     // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
     // idle sidecar's RSS falls again (its memory limit counts RSS, not what malloc holds).
     // The sessions told to cool free their coroutines only as their reads complete: trim a

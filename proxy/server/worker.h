@@ -4,6 +4,7 @@
 // the hot path shares nothing but the fences and the metrics. Its periodic sweep enforces the
 // connections' timeouts and takes back the buffers of idle ones.
 
+#include "common/access_log.h"
 #include "common/io.h"
 #include "common/status.h"
 #include "server/runtime.h"
@@ -108,6 +109,10 @@ class Worker {
   void BeginDrain();  // stop accepting; close idle connections; busy ones close after their response
   void Stop();        // stops the io_context and joins the thread
 
+  // Buffers the request's access line (common/access_log.h); it reaches stderr at the next
+  // sweep tick, or sooner once 32 KiB have gathered.
+  void LogAccess(const AccessEntry& entry);
+
   void Register(Session* session) { sessions_.insert(session); }
   void Unregister(Session* session) { sessions_.erase(session); }
 
@@ -122,6 +127,8 @@ class Worker {
   ServerShared& shared_;
   std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
   RelayBuffers relay_buffers_;   // likewise outlives the sessions that lease from it
+  AccessLogBuffer access_log_;   // this worker's access lines not yet handed to the log thread
+  void FlushAccessLines();  // hands the buffered lines over, counting any dropped
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
