@@ -91,7 +91,7 @@ class Drain(threading.Thread):
                 self.bytes += len(chunk)
 
 
-def measure(setup, a, sup, w, backend_port, etcd, holders):
+def measure(setup, a, sup, w, backend_port, etcd, holders):  # noqa: C901 (one sequence)
     port, admin = free_ports(2)
     cfg_path = os.path.join(w, "%s.yaml" % setup)
     with open(cfg_path, "w") as f:
@@ -155,6 +155,9 @@ def measure(setup, a, sup, w, backend_port, etcd, holders):
                     raise BenchError("no callgrind dump for %s/%s" % (setup, route))
                 time.sleep(0.3)
                 total, allocs, frees = parse_dump(dump)
+                if a.keep_dumps:
+                    os.makedirs(a.keep_dumps, exist_ok=True)
+                    shutil.copy(dump, os.path.join(a.keep_dumps, "callgrind.%s-%s-%d" % (setup, route, rnd)))
                 ipr = total / a.requests
                 apr = sum(allocs.values()) / a.requests
                 log("round %d %-10s %-8s %8.0f instructions/request, %.3f allocations/request"
@@ -178,6 +181,7 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS))
     p.add_argument("--json")
+    p.add_argument("--keep-dumps", help="copy the callgrind dumps to this directory")
     a = p.parse_args(argv)
     for tool in ("valgrind", "callgrind_control", "nginx"):
         if not find_tool(tool):

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,13 +36,22 @@ struct AccessEntry {
   unsigned upstream_attempts = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
-  double duration_s = 0;
+  uint64_t duration_us = 0;  // printed as duration_s, in seconds with six decimals
 };
 
-// Appends the entry as one JSON line (newline included): "ts", "level":"info", "msg":"access",
-// then the fields in the order of AccessEntry. Pure apart from reading the clock for "ts".
+// The entry as one JSON line (newline included): "ts", "level":"info", "msg":"access", then the
+// fields in the order of AccessEntry. FormatAccessLine writes it at out, which has room for
+// AccessLineBound(entry) bytes, and returns its end; AppendAccessLine appends it to a string.
+size_t AccessLineBound(const AccessEntry& entry);
+char* FormatAccessLine(char* out, const AccessEntry& entry, std::chrono::system_clock::time_point now);
 void AppendAccessLine(std::string& out, const AccessEntry& entry,
                       std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+
+// Whole lines handed to the log thread.
+struct AccessBatch {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+};
 
 // A worker's lines not yet handed to the log thread. Only its owner's thread touches it.
 class AccessLogBuffer {
@@ -53,10 +63,12 @@ class AccessLogBuffer {
   uint64_t Append(const AccessEntry& entry);
   // Hands over what is buffered (the sweep tick, and the worker's end). Returns lines dropped.
   uint64_t Flush();
-  size_t buffered_bytes() const { return buffer_.size(); }
+  size_t buffered_bytes() const { return size_; }
 
  private:
-  std::string buffer_;
+  std::unique_ptr<char[]> data_;  // none while nothing is buffered: an idle worker holds nothing
+  size_t size_ = 0;
+  size_t capacity_ = 0;
   uint64_t lines_ = 0;
 };
 
@@ -65,7 +77,7 @@ inline constexpr size_t kMaxQueuedBytes = 4 * 1024 * 1024;
 
 // Hands a batch of whole lines to the log thread (started on first use). Returns false, and
 // keeps nothing, when the backlog is full.
-bool HandAccessBatch(std::string&& batch);
+bool HandAccessBatch(AccessBatch&& batch);
 
 // Writes everything handed over so far and stops the log thread (a later batch starts it again).
 void FlushAccessLog();

@@ -418,7 +418,8 @@ void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) co
   entry.upstream_attempts = record_.upstream_attempts;
   entry.bytes_in = record_.bytes_in;
   entry.bytes_out = record_.bytes_out;
-  entry.duration_s = std::chrono::duration<double>(Clock::now() - record_.start).count();
+  entry.duration_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - record_.start).count());
   worker_.LogAccess(entry);
 }
 
