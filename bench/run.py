@@ -45,6 +45,14 @@ CONFIG_DIR = os.path.join(HERE, "configs")
 RESULTS_DIR = os.path.join(HERE, "results")
 
 TARGETS = ("nginx", "haproxy", "fencing-proxy")
+# Opt-in targets (--targets): the access log on, and the build before a change (--base-binary).
+#   nginx-log               nginx with its default access log (combined format, to a file)
+#   fencing-proxy-log       access_log: true, stderr to a file
+#   fencing-proxy-log-pipe  access_log: true, stderr to a pipe that `cat` drains on the load CPU
+#                           (as a container runtime reads a pod's logs)
+#   fencing-proxy-base      the --base-binary build, access log off
+EXTRA_TARGETS = ("nginx-log", "fencing-proxy-log", "fencing-proxy-log-pipe", "fencing-proxy-base")
+ALL_TARGETS = TARGETS + EXTRA_TARGETS
 REFERENCE = "nginx"
 WORKLOADS = {
     "get": "GET pass-through, 32 conns",
@@ -469,7 +477,7 @@ class Bench:
     def start(self):
         self.backend, self.backend_port = start_nginx_backend(self.sup, self.workdir, cpu=self.proxy_cpu)
         self.backend_pid = self._nginx_worker(self.backend, "backend nginx")
-        for name in TARGETS:
+        for name in ALL_TARGETS:
             if name in self.args.targets:
                 self.targets[name] = self.start_target(name)
         # The equal-token fence (and key k1 of the keyed one) starts at EQUAL_TOKEN: one raise
@@ -486,11 +494,16 @@ class Bench:
         w, backend_port = self.workdir, self.backend_port
         port, admin_port = free_ports(2)
         out = os.path.join(w, "%s.out" % name)
-        if name == "nginx":
-            cfg = render("nginx-proxy.conf", os.path.join(w, "nginx-proxy.conf"), WORKDIR=w,
+        if name in ("nginx", "nginx-log"):
+            cfg = render("nginx-proxy.conf", os.path.join(w, "%s.conf" % name), WORKDIR=w,
                          PORT=port, BACKEND_PORT=backend_port)
+            if name == "nginx-log":
+                with open(cfg) as f:
+                    text = f.read()
+                with open(cfg, "w") as f:
+                    f.write(text.replace("access_log off;", "access_log %s;" % os.path.join(w, "nginx-access.log")))
             proc = self.sup.spawn(name, [find_tool("nginx"), "-p", w, "-e", os.path.join(
-                w, "nginx-proxy.error.log"), "-c", cfg], out, cpu=self.proxy_cpu)
+                w, "%s.error.log" % name), "-c", cfg], out, cpu=self.proxy_cpu)
             wait_ready(proc, port, EQ_PATH, "nginx proxy", out)
             return Target(name, port, proc, self._nginx_worker(proc, "nginx proxy"))
         if name == "haproxy":
@@ -504,12 +517,26 @@ class Bench:
                            for i in range(self.args.fences))
         # Its own directory: fencing-proxy watches the route file's directory for reloads, and
         # the logs and probes written to the work directory would wake that watcher.
-        cfg_dir = os.path.join(w, "fencing-proxy-config")
+        cfg_dir = os.path.join(w, "%s-config" % name)
         os.makedirs(cfg_dir, exist_ok=True)
+        state_dir = os.path.join(self.state_dir, name)
+        os.makedirs(state_dir, exist_ok=True)
         cfg = render("fencing-proxy.yaml", os.path.join(cfg_dir, "fencing-proxy.yaml"),
                      PORT=port, ADMIN_PORT=admin_port, BACKEND_PORT=backend_port,
-                     STATE_DIR=self.state_dir, FENCE_ROUTES=routes)
-        proc = self.sup.spawn(name, [self.args.binary, "--config", cfg], out, cpu=self.proxy_cpu)
+                     STATE_DIR=state_dir, FENCE_ROUTES=routes)
+        if name.startswith("fencing-proxy-log"):
+            with open(cfg) as f:
+                text = f.read()
+            with open(cfg, "w") as f:
+                f.write(text.replace("access_log: false", "access_log: true"))
+        if name == "fencing-proxy-log-pipe":
+            out = os.path.join(w, "%s.fifo" % name)
+            if not os.path.exists(out):
+                os.mkfifo(out)
+            self.sup.spawn(name + "-drain", ["sh", "-c", 'exec cat "$0" >/dev/null', out],
+                           os.path.join(w, "%s-drain.out" % name), cpu=self.load_cpu)
+        binary = self.args.base_binary if name == "fencing-proxy-base" else self.args.binary
+        proc = self.sup.spawn(name, [binary, "--config", cfg], out, cpu=self.proxy_cpu)
         wait_ready(proc, admin_port, "/readyz", "fencing-proxy (admin /readyz)", out)
         wait_ready(proc, port, EQ_PATH, "fencing-proxy", out)
         return Target(name, port, proc, proc.pid, admin_port=admin_port)
@@ -540,7 +567,7 @@ class Bench:
                                  % (name, proc.returncode, self.workdir))
 
     def order(self, round_no):
-        names = [n for n in TARGETS if n in self.targets]
+        names = [n for n in ALL_TARGETS if n in self.targets]
         k = round_no % len(names)
         return names[k:] + names[:k]
 
@@ -1110,7 +1137,8 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, help="rounds per workload (default 9; smoke 1)")
     p.add_argument("--seconds", type=float, help="seconds per run (default 8; smoke 1)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target")
-    p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ", ".join(TARGETS))
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ", ".join(ALL_TARGETS))
+    p.add_argument("--base-binary", help="the build before a change, run as target fencing-proxy-base")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="comma list of " + ", ".join(WORKLOADS))
     p.add_argument("--connections", type=int, default=32, help="connections for get/put_equal")
@@ -1144,7 +1172,7 @@ def parse_args(argv):
     a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
     a.workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
     for t in a.targets:
-        if t not in TARGETS:
+        if t not in ALL_TARGETS:
             p.error("unknown target %r" % t)
     for w in a.workloads:
         if w not in WORKLOADS:
@@ -1169,6 +1197,8 @@ def main(argv):
     if "fencing-proxy" in args.targets and not os.access(args.binary, os.X_OK):
         raise BenchError("fencing-proxy binary not found at %s (build it, or pass --binary)"
                          % args.binary)
+    if "fencing-proxy-base" in args.targets and not (args.base_binary and os.access(args.base_binary, os.X_OK)):
+        raise BenchError("target fencing-proxy-base needs --base-binary (an executable)")
     ensure_packages(not args.no_install)
     workdir = tempfile.mkdtemp(prefix="fp-bench-")
     os.chmod(workdir, 0o755)            # nginx workers run as nobody when started as root
@@ -1207,7 +1237,7 @@ def main(argv):
     env_info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     env_info["elapsed_s"] = round(time.monotonic() - started, 1)
 
-    targets = [t for t in TARGETS if t in args.targets]
+    targets = [t for t in ALL_TARGETS if t in args.targets]
     summary = summarize(bench)
     gs = goals(summary, targets) if "fencing-proxy" in targets else []
     gk = goals_keys(summary) if "fencing-proxy" in targets else []
