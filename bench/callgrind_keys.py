@@ -86,6 +86,49 @@ def send(port, path, n_total, conns=CONNS, token=TOKEN):
         raise BenchError("PUT failed: %s" % errors[0])
 
 
+def callgrind_ctl(pid, *args):
+    r = subprocess.run([find_tool("callgrind_control")] + list(args) + [str(pid)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise BenchError("callgrind_control %s: %s" % (args, r.stderr or r.stdout))
+
+
+def wait_ready_under_valgrind(proc, admin_port, out_path, timeout=120):
+    """Waits for /readyz of a proxy started under valgrind (slow to start)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if http_get(admin_port, "/readyz", timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BenchError("the proxy under valgrind did not start: %s"
+                             % open(out_path, errors="replace").read()[-2000:])
+        time.sleep(0.2)
+
+
+def counted_dump(pid, out_prefix, tag, action, settle=0.0):
+    """Runs action() with instrumentation on and the counters zeroed, waits settle seconds (work
+    that lands later, such as a log thread's), dumps, turns instrumentation off; returns the
+    dump's path."""
+    callgrind_ctl(pid, "-i", "on")
+    callgrind_ctl(pid, "-z")
+    action()
+    if settle:
+        time.sleep(settle)
+    before = set(glob.glob(out_prefix + ".*"))
+    callgrind_ctl(pid, "-d", tag)
+    callgrind_ctl(pid, "-i", "off")
+    for _ in range(100):
+        new = set(glob.glob(out_prefix + ".*")) - before
+        if new:
+            time.sleep(0.3)      # the dump is written by the tool thread; let it finish
+            return sorted(new)[-1]
+        time.sleep(0.1)
+    raise BenchError("no callgrind dump for %s" % tag)
+
+
 def parse_dump(path):
     """(total Ir, {allocator function: calls}, {free function: calls}) of one callgrind dump."""
     names = {}                   # "(id)" -> name, callgrind's name compression
@@ -154,17 +197,7 @@ def main(argv):
             find_tool("valgrind"), "--tool=callgrind", "--instr-atstart=no",
             "--callgrind-out-file=%s.%%p" % out_prefix, a.binary, "--config", cfg_path],
             os.path.join(w, "proxy.out"))
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if http_get(admin, "/readyz", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proxy.poll() is not None or time.monotonic() > deadline:
-                raise BenchError("proxy under valgrind did not start: %s"
-                                 % open(os.path.join(w, "proxy.out")).read()[-2000:])
-            time.sleep(0.2)
+        wait_ready_under_valgrind(proxy, admin, os.path.join(w, "proxy.out"))
         pid = str(proxy.pid)
         for path in ROUTES.values():
             status, body = http_put(port, path, TOKEN, timeout=30)
@@ -172,33 +205,11 @@ def main(argv):
                 raise BenchError("priming %s -> %d %r" % (path, status, body[:200]))
         for path in ROUTES.values():
             send(port, path, a.warmup)
-
-        def ctl(*args):
-            r = subprocess.run([find_tool("callgrind_control")] + list(args) + [pid],
-                               capture_output=True, text=True, timeout=120)
-            if r.returncode != 0:
-                raise BenchError("callgrind_control %s: %s" % (args, r.stderr or r.stdout))
         results = {name: [] for name in ROUTES}
-        n_dump = 0
         for rnd in range(a.rounds):
             for name, path in ROUTES.items():
-                ctl("-i", "on")
-                ctl("-z")
-                send(port, path, a.requests)
-                before = set(glob.glob(out_prefix + ".*"))
-                ctl("-d", "%s-%d" % (name, rnd))
-                ctl("-i", "off")
-                n_dump += 1
-                dump = None
-                for _ in range(100):
-                    new = set(glob.glob(out_prefix + ".*")) - before
-                    if new:
-                        dump = sorted(new)[-1]
-                        break
-                    time.sleep(0.1)
-                if not dump:
-                    raise BenchError("no callgrind dump for %s" % name)
-                time.sleep(0.3)      # the dump is written by the tool thread; let it finish
+                dump = counted_dump(pid, out_prefix, "%s-%d" % (name, rnd),
+                                    lambda: send(port, path, a.requests))
                 total, allocs, frees = parse_dump(dump)
                 if a.keep_dumps:
                     os.makedirs(a.keep_dumps, exist_ok=True)

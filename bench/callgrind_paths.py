@@ -24,12 +24,10 @@ lockservices.py starts it).
 
 import argparse
 import atexit
-import glob
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,9 +35,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import (BenchError, Supervisor, find_tool, free_ports, http_get, http_put, log,  # noqa: E402
+from run import (BenchError, Supervisor, find_tool, free_ports, http_put, log,  # noqa: E402
                  start_nginx_backend, REPO)
-from callgrind_keys import parse_dump, send  # noqa: E402
+from callgrind_keys import counted_dump, parse_dump, send, wait_ready_under_valgrind  # noqa: E402
 from verify import EtcdHolders, LOCK_PREFIX  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -107,16 +105,7 @@ def measure(setup, a, sup, w, backend_port, etcd, holders):  # noqa: C901 (one s
     proxy = sup.spawn("fencing-proxy-" + setup, [
         find_tool("valgrind"), "--tool=callgrind", "--instr-atstart=no",
         "--callgrind-out-file=%s.%%p" % prefix, a.binary, "--config", cfg_path], out)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if http_get(admin, "/readyz", timeout=5)[0] == 200:
-                break
-        except OSError:
-            pass
-        if proxy.poll() is not None or time.monotonic() > deadline:
-            raise BenchError("%s: the proxy under valgrind did not start (see %s)" % (setup, out))
-        time.sleep(0.2)
+    wait_ready_under_valgrind(proxy, admin, out if setup != "log_pipe" else cfg_path)
     results = {}
     try:
         tokens = {}
@@ -127,33 +116,13 @@ def measure(setup, a, sup, w, backend_port, etcd, holders):  # noqa: C901 (one s
             if status != 200:
                 raise BenchError("%s: priming %s -> %d %r" % (setup, path, status, body[:200]))
             send(port, path, a.warmup, token=tokens[route])
-
-        def ctl(*args):
-            r = subprocess.run([find_tool("callgrind_control")] + list(args) + [str(proxy.pid)],
-                               capture_output=True, text=True, timeout=120)
-            if r.returncode != 0:
-                raise BenchError("callgrind_control %s: %s" % (args, r.stderr or r.stdout))
         for rnd in range(a.rounds):
             for route in SETUPS[setup]:
-                ctl("-i", "on")
-                ctl("-z")
-                send(port, ROUTE_PATHS[route], a.requests, token=tokens[route])
                 # the access lines of these requests are written at the next sweep tick (<= 1 s):
-                # count the log thread's share too
-                time.sleep(1.5 if setup.startswith("log_") else 0)
-                before = set(glob.glob(prefix + ".*"))
-                ctl("-d", "%s-%s-%d" % (setup, route, rnd))
-                ctl("-i", "off")
-                dump = None
-                for _ in range(100):
-                    new = set(glob.glob(prefix + ".*")) - before
-                    if new:
-                        dump = sorted(new)[-1]
-                        break
-                    time.sleep(0.1)
-                if not dump:
-                    raise BenchError("no callgrind dump for %s/%s" % (setup, route))
-                time.sleep(0.3)
+                # settle counts the log thread's share too
+                dump = counted_dump(proxy.pid, prefix, "%s-%s-%d" % (setup, route, rnd),
+                                    lambda: send(port, ROUTE_PATHS[route], a.requests, token=tokens[route]),
+                                    settle=1.5 if setup.startswith("log_") else 0)
                 total, allocs, frees = parse_dump(dump)
                 if a.keep_dumps:
                     os.makedirs(a.keep_dumps, exist_ok=True)
