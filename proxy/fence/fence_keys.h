@@ -119,7 +119,7 @@ struct KeyedFenceSnapshot {
   uint64_t max_keys = 0;
 };
 
-class FenceKeys : private FencePersister {
+class FenceKeys final : private FencePersister {
  public:
   using Clock = Fence::Clock;
 

@@ -24,7 +24,7 @@
 
 namespace fencing {
 
-class FenceRegistry : private FencePersister, private KeyPersister {
+class FenceRegistry final : private FencePersister, private KeyPersister {
  public:
   // maxima, keys: as replayed from the state file or read from etcd (keys consumed). store (or
   // writer, the state file's): where raises go. observer: the metrics.

@@ -38,7 +38,7 @@ class FakeStore : public FencePersister {
   Fence* fence_ = nullptr;
 };
 
-class Waiter : public RaiseWaiter {
+class Waiter final : public RaiseWaiter {
  public:
   void Resolve(Admission admission, uint64_t max_token) override { resolves.emplace_back(admission, max_token); }
   bool Is(Admission admission, uint64_t max) const {

@@ -572,7 +572,7 @@ class Schedule {
   }
 
  private:
-  struct Waiter : FakeWaiter {
+  struct Waiter final : FakeWaiter {
     uint64_t token = 0;
     int id = 0;
     bool waiting = false;  // registered with the fence and not yet resolved
