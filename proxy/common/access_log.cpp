@@ -6,8 +6,6 @@
 #include <array>
 #include <cstring>
 #include <condition_variable>
-#include <cstdio>
-#include <ctime>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -96,28 +94,11 @@ char* PutString(char* out, std::string_view text) {
   return out;
 }
 
-// "2026-12-02T11:30:05.123Z". The part up to the second is formatted once per second and thread.
 char* PutTimestamp(char* out, std::chrono::system_clock::time_point now) {
-  thread_local std::time_t cached_second = -1;
-  thread_local char cached[32];  // "YYYY-MM-DDTHH:MM:SS." (20 bytes for four-digit years)
-  thread_local size_t cached_length = 0;
-  const auto since_epoch = now.time_since_epoch();
-  const std::time_t second = std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count();
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count() % 1000;
-  if (second != cached_second) {
-    std::tm tm{};
-    gmtime_r(&second, &tm);
-    int n = std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
-                          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    cached_length = n > 0 ? std::min(static_cast<size_t>(n), sizeof cached - 1) : 0;
-    cached_second = second;
-  }
   *out++ = '"';
-  out = Put(out, std::string_view(cached, cached_length));
-  *out++ = static_cast<char>('0' + millis / 100);
-  *out++ = static_cast<char>('0' + millis / 10 % 10);
-  *out++ = static_cast<char>('0' + millis % 10);
-  return Put(out, "Z\"");
+  out = FormatTimestamp(out, now);
+  *out++ = '"';
+  return out;
 }
 
 // Seconds with microsecond resolution, fixed notation ("0.000153"): what an operator reads, and
@@ -134,7 +115,7 @@ char* PutMicroseconds(char* out, uint64_t micros) {
 }
 
 // Everything but the strings' own bytes: keys, punctuation, numbers (20 digits each), the
-// timestamp (a year past 9999 is longer: 32 allowed).
+// timestamp (kTimestampBound).
 constexpr size_t kFixedBound = 512;
 
 size_t StringBound(const std::optional<std::string_view>& text) { return text ? text->size() * 6 : 0; }
@@ -232,18 +213,19 @@ void AppendAccessLine(std::string& out, const AccessEntry& e, std::chrono::syste
 
 uint64_t AccessLogBuffer::Append(const AccessEntry& entry) {
   const size_t bound = AccessLineBound(entry);
+  uint64_t dropped = 0;
   if (size_ + bound > capacity_) {
-    // A fresh batch (the last one was handed over), or a line too long for what is left.
-    if (size_ != 0) {
-      if (uint64_t dropped = Flush()) return dropped + Append(entry);
-    }
+    // A fresh batch (the last one was handed over), or a line too long for what is left: that
+    // batch goes first.
+    dropped = Flush();
     capacity_ = std::max(kFlushBytes + kFixedBound, bound);
     data_.reset(new char[capacity_]);  // not zeroed: only what is formatted is handed over
   }
   char* end = FormatAccessLine(data_.get() + size_, entry, std::chrono::system_clock::now());
   size_ = static_cast<size_t>(end - data_.get());
   ++lines_;
-  return size_ >= kFlushBytes ? Flush() : 0;
+  if (size_ >= kFlushBytes) dropped += Flush();
+  return dropped;
 }
 
 uint64_t AccessLogBuffer::Flush() {

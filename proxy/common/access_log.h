@@ -3,7 +3,7 @@
 // buffered, but never a write(2) on a worker's thread.
 //
 //   worker thread                                  log thread (one per process)
-//   AppendAccessLine -> AccessLogBuffer (its own)  --Hand(batch)-->  write(2) on stderr,
+//   FormatAccessLine into AccessLogBuffer (its own) --batch-->       write(2) on stderr,
 //   flushed at 32 KiB, at each sweep tick (<= 1 s)                    whole batches, under the
 //   and when the worker stops                                         lock Log() writes under
 //

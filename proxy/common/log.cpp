@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <string>
@@ -19,19 +21,31 @@ std::mutex g_stderr_mu;
 
 constexpr std::string_view kLevelNames[] = {"debug", "info", "warn", "error"};
 
-std::string Rfc3339Now() {
-  auto now = std::chrono::system_clock::now();
-  auto secs = std::chrono::system_clock::to_time_t(now);
-  auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(millis));
-  return buf;
-}
-
 }  // namespace
+
+char* FormatTimestamp(char* out, std::chrono::system_clock::time_point now) {
+  thread_local std::time_t cached_second = -1;
+  thread_local char cached[32];  // "YYYY-MM-DDTHH:MM:SS." (20 bytes for four-digit years)
+  thread_local size_t cached_length = 0;
+  const auto since_epoch = now.time_since_epoch();
+  const std::time_t second = std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count();
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count() % 1000;
+  if (second != cached_second) {
+    std::tm tm{};
+    gmtime_r(&second, &tm);
+    int n = std::snprintf(cached, sizeof cached, "%04d-%02d-%02dT%02d:%02d:%02d.", tm.tm_year + 1900,
+                          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_length = n > 0 ? std::min(static_cast<size_t>(n), sizeof cached - 1) : 0;
+    cached_second = second;
+  }
+  std::memcpy(out, cached, cached_length);
+  out += cached_length;
+  *out++ = static_cast<char>('0' + millis / 100);
+  *out++ = static_cast<char>('0' + millis / 10 % 10);
+  *out++ = static_cast<char>('0' + millis % 10);
+  *out++ = 'Z';
+  return out;
+}
 
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
@@ -52,7 +66,8 @@ bool LogEnabled(LogLevel level) {
 void Log(LogLevel level, std::string_view message, boost::json::object fields) {
   if (!LogEnabled(level)) return;
   boost::json::object line;
-  line["ts"] = Rfc3339Now();
+  char ts[kTimestampBound];
+  line["ts"] = std::string_view(ts, static_cast<size_t>(FormatTimestamp(ts, std::chrono::system_clock::now()) - ts));
   line["level"] = kLevelNames[static_cast<int>(level)];
   line["msg"] = message;
   for (auto& field : fields) line[field.key()] = std::move(field.value());

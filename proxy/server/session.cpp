@@ -12,7 +12,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/json/object.hpp>
 
 #include <chrono>
 #include <optional>

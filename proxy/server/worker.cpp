@@ -111,12 +111,12 @@ void Worker::Stop() {
   FlushAccessLines();  // the thread has ended: its buffer is this thread's now
 }
 
-void Worker::LogAccess(const AccessEntry& entry) {
-  if (uint64_t dropped = access_log_.Append(entry)) shared_.metrics.access_log_dropped_lines().Increment(dropped);
-}
+void Worker::LogAccess(const AccessEntry& entry) { CountDroppedLines(access_log_.Append(entry)); }
 
-void Worker::FlushAccessLines() {
-  if (uint64_t dropped = access_log_.Flush()) shared_.metrics.access_log_dropped_lines().Increment(dropped);
+void Worker::FlushAccessLines() { CountDroppedLines(access_log_.Flush()); }
+
+void Worker::CountDroppedLines(uint64_t dropped) {
+  if (dropped) shared_.metrics.access_log_dropped_lines().Increment(static_cast<double>(dropped));
 }
 
 bool Worker::EvictLongestIdle() {

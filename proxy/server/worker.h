@@ -123,12 +123,13 @@ class Worker {
   // Once per period: closes connections idle past timeouts.idle, takes back the read buffers of
   // idle ones, and enforces busy ones' deadlines (header_read, request).
   io::Awaitable<void> SweepIdle();
+  void FlushAccessLines();  // hands the buffered access lines over, counting any dropped
+  void CountDroppedLines(uint64_t dropped);
 
   ServerShared& shared_;
   std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
   RelayBuffers relay_buffers_;   // likewise outlives the sessions that lease from it
   AccessLogBuffer access_log_;   // this worker's access lines not yet handed to the log thread
-  void FlushAccessLines();  // hands the buffered lines over, counting any dropped
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
