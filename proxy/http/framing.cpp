@@ -15,7 +15,7 @@ FramingCheck Refuse(const char* reason) { return FramingCheck{false, reason}; }
 
 }  // namespace
 
-FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFieldCounts* counts) {
+FramingCheck CheckRequestFraming(const RequestHead& header, OtherFieldCounts* counts) {
   size_t content_lengths = 0;
   size_t transfer_encodings = 0;
   std::string_view content_length;
@@ -60,7 +60,7 @@ FramingCheck CheckRequestFraming(const http::request_header<>& header, OtherFiel
   return FramingCheck{};
 }
 
-std::string_view ProtectedFieldNamedByConnection(const http::request_header<>& header, std::string_view token_header,
+std::string_view ProtectedFieldNamedByConnection(const RequestHead& header, std::string_view token_header,
                                                  std::span<const std::string> key_headers) {
   for (const auto& field : header) {
     if (field.name() != http::field::connection) continue;

@@ -3,7 +3,7 @@
 // accepts some ambiguous framings that a backend may read differently (request smuggling), so
 // the proxy refuses them itself: 400 and the connection closed.
 
-#include <boost/beast/http/message.hpp>
+#include "http/request_head.h"
 
 #include <span>
 #include <string>
@@ -26,7 +26,7 @@ struct OtherFieldCounts {
   std::string_view underscored;  // the first field name containing '_'; empty: none
 };
 
-FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& header,
+FramingCheck CheckRequestFraming(const RequestHead& header,
                                  OtherFieldCounts* counts = nullptr);
 
 // The first field name a Connection header lists that the proxy's decision or the backend's
@@ -34,7 +34,7 @@ FramingCheck CheckRequestFraming(const boost::beast::http::request_header<>& hea
 // keys from), Content-Length or Transfer-Encoding (as the client wrote it); empty if none. The
 // fields Connection names are dropped before forwarding (hop-by-hop), so a client must not be
 // able to strip these that way.
-std::string_view ProtectedFieldNamedByConnection(const boost::beast::http::request_header<>& header,
+std::string_view ProtectedFieldNamedByConnection(const RequestHead& header,
                                                  std::string_view token_header,
                                                  std::span<const std::string> key_headers = {});
 

@@ -24,7 +24,9 @@ bool NotCopied(http::field f) {
 // per message, then looked up per field.
 class ConnectionTokens {
  public:
-  explicit ConnectionTokens(const http::fields& from) {
+  // FieldList: http::fields (a response head) or RequestHead (its fields read alike).
+  template <typename FieldList>
+  explicit ConnectionTokens(const FieldList& from) {
     for (const auto& field : from) {
       if (field.name() != http::field::connection) continue;
       for (auto token : http::token_list(field.value())) tokens_.push_back(token);
@@ -58,7 +60,8 @@ struct FieldFacts {
   std::string_view content_length;  // empty: none
 };
 
-FieldFacts ScanFields(const http::fields& from) {
+template <typename FieldList>
+FieldFacts ScanFields(const FieldList& from) {
   FieldFacts facts;
   for (const auto& field : from) {
     switch (field.name()) {
@@ -82,7 +85,8 @@ struct Omit {
 // Appends every end-to-end field of `from` except those `omit` names. X-Forwarded-For fields are
 // not appended: when `forwarded_for` is given, their values are collected there, each followed
 // by ", ".
-void AppendEndToEndFields(const http::fields& from, const FieldFacts& facts, const Omit& omit,
+template <typename FieldList>
+void AppendEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
                           std::string* forwarded_for, std::string& out) {
   std::string_view drop = omit.name;
   std::optional<ConnectionTokens> connection_tokens;
@@ -110,7 +114,7 @@ constexpr size_t kHeadReserve = 512;  // most heads fit: one allocation
 
 }  // namespace
 
-std::string UpstreamRequestHead(const http::request_header<>& client, std::string_view origin_target,
+std::string UpstreamRequestHead(const RequestHead& client, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored) {
   std::string out;

@@ -5,6 +5,8 @@
 // message framing is set afresh. The heads are written as text straight into one gather write
 // with the first body bytes: no second fields container, no generic serializer.
 
+#include "http/request_head.h"
+
 #include <boost/beast/http/message.hpp>
 
 #include <cstdint>
@@ -28,7 +30,7 @@ enum class BodyFraming {
 // empty (an absolute-form target's authority, RequestPlan::host), else the client's, else
 // backend_host. drop_underscored leaves out every field whose name contains '_'
 // (headers_with_underscores: drop; CGI-style backends read '_' as '-').
-std::string UpstreamRequestHead(const boost::beast::http::request_header<>& client, std::string_view origin_target,
+std::string UpstreamRequestHead(const RequestHead& client, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored = true);
 

@@ -70,7 +70,7 @@ FenceKeyResult HeaderKey(size_t count, std::string_view first) {
 }
 
 FenceKeyResult ExtractFenceKey(const FenceKeySource& source, std::string_view path,
-                               const boost::beast::http::request_header<>& head) {
+                               const RequestHead& head) {
   switch (source.spec->source) {
     case FenceKeySpec::Source::kNone:
       return Missing("the route has no fence key");

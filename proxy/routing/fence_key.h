@@ -7,7 +7,7 @@
 #include "config/config.h"
 #include "http/rules.h"
 
-#include <boost/beast/http/message.hpp>
+#include "http/request_head.h"
 
 #include <string_view>
 
@@ -35,7 +35,7 @@ struct FenceKeySource {
 // The key of a request on the route. path is the path CheckRequestTarget accepted (before '?')
 // and the route matched. With spec kNone: kMissing (callers ask only on keyed routes).
 FenceKeyResult ExtractFenceKey(const FenceKeySource& source, std::string_view path,
-                               const boost::beast::http::request_header<>& head);
+                               const RequestHead& head);
 
 // The two halves, for callers without a whole head (and the fuzzer).
 FenceKeyResult PathSegmentKey(unsigned segment, std::string_view prefix, bool case_insensitive, std::string_view path);

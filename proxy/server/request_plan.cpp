@@ -70,7 +70,7 @@ std::string KeySourceText(const RouteConfig& route) {
 
 }  // namespace
 
-RequestPlan PlanRequest(const http::request_header<>& head, const Runtime& runtime) {
+RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime) {
   const ProxyConfig& config = runtime.config();
 
   OtherFieldCounts counts;

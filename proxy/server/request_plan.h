@@ -8,7 +8,7 @@
 #include "http/problem.h"
 #include "server/runtime.h"
 
-#include <boost/beast/http/message.hpp>
+#include "http/request_head.h"
 
 #include <cstdint>
 #include <string_view>
@@ -40,7 +40,7 @@ struct RequestPlan {
 };
 
 // Framing, method, target, route, token: in that order, the first refusal wins.
-RequestPlan PlanRequest(const boost::beast::http::request_header<>& head, const Runtime& runtime);
+RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime);
 
 // Turns the fence's answer into a reject or a forward (observe mode forwards what enforce
 // would refuse). Admission::kWaiting here means the raise did not finish in time.

@@ -11,6 +11,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <chrono>
@@ -34,17 +35,14 @@ constexpr uint64_t kDiscardLimit = 64 * 1024;
 constexpr size_t kFirstReadSize = 4 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
-template <typename Parser>
-bool ExpectsContinue(const Parser& parser) {
-  const auto& req = parser.get();
-  return req.version() >= 11 && EqualsIgnoreCase(req[http::field::expect], "100-continue");
+bool ExpectsContinue(const RequestHead& head) {
+  return head.version() >= 11 && EqualsIgnoreCase(head[http::field::expect], "100-continue");
 }
 
 // The decoder for the body the head announces (the head's framing passed the checks already).
-template <typename Parser>
-BodyDecoder DecoderFor(const Parser& parser, uint64_t max_body_bytes) {
-  if (auto length = parser.content_length()) return BodyDecoder::Length(*length);
-  if (parser.chunked()) return BodyDecoder::Chunked(max_body_bytes);
+BodyDecoder DecoderFor(const RequestHead& head, uint64_t max_body_bytes) {
+  if (auto length = head.content_length()) return BodyDecoder::Length(*length);
+  if (head.chunked()) return BodyDecoder::Chunked(max_body_bytes);
   return BodyDecoder();
 }
 
@@ -257,11 +255,10 @@ io::Awaitable<bool> Session::ServeOne() {
   const ProxyConfig& config = runtime->config();
 
   record_ = AccessRecord{Clock::now()};
-  RequestParser parser;
-  parser.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
-  parser.body_limit(config.limits.max_body_bytes);  // a Content-Length above it: 413 on the head
-  std::optional<Problem> head_problem = co_await ReadHead(config, parser);
-  if (!parser.is_header_done()) {
+  RequestHead head;
+  bool parsed = false;
+  std::optional<Problem> head_problem = co_await ReadHead(config, head, &parsed);
+  if (!parsed) {
     if (head_problem) {
       runtime->unmatched_metrics().Count(Outcome::kRejectedRequest);
       linger_ = true;
@@ -272,14 +269,14 @@ io::Awaitable<bool> Session::ServeOne() {
   }
   ClearDeadline();  // header_read is over
 
-  RequestPlan plan = PlanRequest(parser.get().base(), *runtime);
-  BodyDecoder decoder = DecoderFor(parser, config.limits.max_body_bytes);
+  RequestPlan plan = PlanRequest(head, *runtime);
+  BodyDecoder decoder = DecoderFor(head, config.limits.max_body_bytes);
   const RouteMetrics& metrics = plan.metrics(*runtime);
   bool keep_alive = false;
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
-    keep_alive = co_await Reject(parser, decoder, plan.problem, plan.close);
-    if (config.access_log) LogAccess(&parser, &plan);
+    keep_alive = co_await Reject(head, decoder, plan.problem, plan.close);
+    if (config.access_log) LogAccess(&head, &plan);
     co_return keep_alive;
   }
 
@@ -299,8 +296,8 @@ io::Awaitable<bool> Session::ServeOne() {
   if (plan.action == RequestPlan::Action::kReject) {  // a key the fence cannot take
     metrics.Count(plan.outcome);
     BodyDecoder rest = body.decoder();
-    keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
-    if (config.access_log) LogAccess(&parser, &plan);
+    keep_alive = co_await Reject(head, rest, plan.problem, plan.close);
+    if (config.access_log) LogAccess(&head, &plan);
     co_return keep_alive;
   }
   const bool fenced = plan.action == RequestPlan::Action::kFence;
@@ -317,12 +314,12 @@ io::Awaitable<bool> Session::ServeOne() {
       if (plan.action == RequestPlan::Action::kReject) {
         metrics.Count(plan.outcome);
         BodyDecoder rest = body.decoder();
-        keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
-        if (config.access_log) LogAccess(&parser, &plan);
+        keep_alive = co_await Reject(head, rest, plan.problem, plan.close);
+        if (config.access_log) LogAccess(&head, &plan);
         co_return keep_alive;
       }
     }
-    if (ExpectsContinue(parser)) {
+    if (ExpectsContinue(head)) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       SetDeadline(Clock::now() + config.timeouts.request);
       auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
@@ -339,8 +336,8 @@ io::Awaitable<bool> Session::ServeOne() {
   }
   if (gone || body_problem) {
     metrics.Count(Outcome::kRejectedRequest);
-    if (body_problem) co_await WriteProblem(*body_problem, parser.get().version(), false);
-    if (config.access_log) LogAccess(&parser, nullptr);
+    if (body_problem) co_await WriteProblem(*body_problem, head.version(), false);
+    if (config.access_log) LogAccess(&head, nullptr);
     co_return false;
   }
 
@@ -368,13 +365,13 @@ io::Awaitable<bool> Session::ServeOne() {
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
     BodyDecoder rest = body.decoder();
-    keep_alive = co_await Reject(parser, rest, plan.problem, plan.close);
+    keep_alive = co_await Reject(head, rest, plan.problem, plan.close);
   } else {
     AdmissionGuard admission(admitted, metrics);
-    keep_alive = co_await Forward(*runtime, parser, plan, body, relay);
+    keep_alive = co_await Forward(*runtime, head, plan, body, relay);
   }
   ClearDeadline();
-  if (config.access_log) LogAccess(&parser, &plan);
+  if (config.access_log) LogAccess(&head, &plan);
   co_return keep_alive;
 }
 
@@ -395,13 +392,12 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
   co_return std::nullopt;
 }
 
-void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) const {
+void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const {
   if (!LogEnabled(LogLevel::kInfo)) return;  // access lines are info lines
   AccessEntry entry;
-  if (parser) {
-    const auto& req = parser->get();
-    entry.method = std::string_view(req.method_string());
-    entry.path = std::string_view(req.target());
+  if (head) {
+    entry.method = head->method_string();
+    entry.path = head->target();
   }
   entry.client = client_ip_;
   entry.status = record_.status;
@@ -422,8 +418,8 @@ void Session::LogAccess(const RequestParser* parser, const RequestPlan* plan) co
   worker_.LogAccess(entry);
 }
 
-io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestParser& parser) {
-  // The head is collected raw and checked byte by byte before the parser sees it (raw_head.h).
+io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& config, RequestHead& head, bool* parsed) {
+  // The head is collected raw and checked byte by byte (raw_head.h), then read (request_head.h).
   const size_t limit = config.limits.max_header_bytes;
   SetDeadline(Clock::now() + config.timeouts.header_read);
   size_t scanned = 0;
@@ -439,20 +435,20 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   if (head_length == 0 || head_length > limit) {
     co_return MakeProblem(ProblemType::kHeaderTooLarge, "the request head exceeds limits.max_header_bytes");
   }
-  std::string_view head(static_cast<const char*>(buffer_.data().data()), head_length);
-  if (RawHeadCheck raw = CheckRawHead(head); !raw.ok) {
+  std::string_view bytes(static_cast<const char*>(buffer_.data().data()), head_length);
+  if (RawHeadCheck raw = CheckRawHead(bytes); !raw.ok) {
     co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + raw.reason);
   }
-  boost::system::error_code ec;
-  size_t used = parser.put(asio::buffer(head.data(), head.size()), ec);
-  if (!ec && !parser.is_header_done()) ec = http::error::partial_message;
+  // A Content-Length above limits.max_body_bytes: 413 on the head.
+  boost::system::error_code ec = head.Parse(bytes, config.limits.max_body_bytes);
   if (ec) {
     if (ec == http::error::body_limit) {
       co_return MakeProblem(ProblemType::kBodyTooLarge, "the request body exceeds limits.max_body_bytes");
     }
     co_return MakeProblem(ProblemType::kMalformedRequest, "the request head could not be parsed: " + ec.message());
   }
-  buffer_.consume(used);
+  buffer_.consume(head_length);
+  *parsed = true;
   co_return std::nullopt;
 }
 
@@ -486,10 +482,9 @@ io::Awaitable<bool> Session::VerifyToken(RequestPlan& plan) {
   co_return verification.verdict == Verdict::kVerified;
 }
 
-io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser& parser, const RequestPlan& plan,
+io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& head, const RequestPlan& plan,
                                      RequestBody& body, RelayBuffers::Lease& relay) {
   const ProxyConfig& config = runtime.config();
-  const auto& req = parser.get();
   const RouteMetrics& metrics = plan.metrics(runtime);
   const auto started = Clock::now();
   // The whole exchange is bounded by timeouts.request: an admitted write must end (or be cut
@@ -498,16 +493,15 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
 
   // Request head for the backend, framed like the client's body (Content-Length or chunked).
   const std::string upstream_head =
-      UpstreamRequestHead(req.base(), plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
+      UpstreamRequestHead(head, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
                           plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = body.decoder().chunked();
-  request.idempotent = IsIdempotentMethod(req.method_string());
-  request.head_request = req.method() == http::verb::head;
-  request.client_version = req.version();
-  // The parser's flags, not the message's accessors: those search the fields again.
-  request.client_keep_alive = parser.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
+  request.idempotent = IsIdempotentMethod(head.method_string());
+  request.head_request = head.method() == http::verb::head;
+  request.client_version = head.version();
+  request.client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
   request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
   Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
@@ -519,7 +513,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
   record_.bytes_out = result.bytes_out;
   if (result.body_failed) {
     metrics.Count(Outcome::kRejectedRequest);
-    if (result.problem) co_await WriteProblem(*result.problem, req.version(), false);
+    if (result.problem) co_await WriteProblem(*result.problem, head.version(), false);
     co_return false;
   }
   if (result.problem) {
@@ -527,7 +521,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
     SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
     // The request was read to its end (it is not streamed after a failure): the connection can
     // serve the next one.
-    co_return co_await WriteProblem(*result.problem, req.version(), body.complete() && request.client_keep_alive);
+    co_return co_await WriteProblem(*result.problem, head.version(), body.complete() && request.client_keep_alive);
   }
   // The backend answered: the request's outcome is settled.
   metrics.Count(plan.outcome);
@@ -538,22 +532,21 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestParser
   co_return result.keep_alive;
 }
 
-io::Awaitable<bool> Session::Reject(const RequestParser& parser, BodyDecoder& body, const Problem& problem,
+io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, const Problem& problem,
                                     bool force_close) {
-  const auto& req = parser.get();
   // Decide on the head: the body of a rejected request is never forwarded, and read only when it
   // is small and already on its way (no 100-continue was asked for).
   const bool body_pending = !body.done();
-  bool keep_alive = parser.keep_alive() && !force_close && problem.status != http::status::bad_request &&
+  bool keep_alive = head.keep_alive() && !force_close && problem.status != http::status::bad_request &&
                     !worker_.shared().draining.load(std::memory_order_relaxed);
   bool discard = false;
   if (body_pending && keep_alive) {
-    discard = !ExpectsContinue(parser) && !body.chunked() && body.remaining_known() <= kDiscardLimit;
+    discard = !ExpectsContinue(head) && !body.chunked() && body.remaining_known() <= kDiscardLimit;
     keep_alive = discard;
   }
   const auto& config = worker_.runtime()->config();
   SetDeadline(Clock::now() + config.timeouts.request);
-  if (!co_await WriteProblem(problem, req.version(), keep_alive)) {
+  if (!co_await WriteProblem(problem, head.version(), keep_alive)) {
     // Closing with request bytes possibly still on their way: linger, or the kernel's RST could
     // destroy the answer in flight.
     linger_ = body_pending || buffer_.size() != 0 || problem.status == http::status::bad_request;

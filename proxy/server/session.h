@@ -9,6 +9,7 @@
 #include "common/io.h"
 #include "common/page_allocator.h"
 #include "http/problem.h"
+#include "http/request_head.h"
 #include "server/exchange.h"
 #include "server/request_body.h"
 #include "server/request_plan.h"
@@ -17,8 +18,6 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/http/empty_body.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include <chrono>
 #include <memory>
@@ -49,9 +48,6 @@ class Session : public std::enable_shared_from_this<Session> {
              std::chrono::milliseconds cool_after);
 
  private:
-  // The head only: bodies are decoded by BodyDecoder (http/body_decoder.h).
-  using RequestParser = boost::beast::http::request_parser<boost::beast::http::empty_body>;
-
   // Serves requests while they keep coming; when the connection idles, hands over to WaitCold.
   io::Awaitable<void> Run();
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
@@ -61,9 +57,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void SetDeadline(std::chrono::steady_clock::time_point deadline);
   void ClearDeadline() { SetDeadline(std::chrono::steady_clock::time_point::max()); }
   io::Awaitable<bool> ServeOne();  // true: keep the connection for another request
-  // Reads and checks the request head into parser. Returns a problem to answer with when the head
-  // is refused; nullopt with no head parsed when the client went away or stalled.
-  io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestParser& parser);
+  // Reads and checks the request head into `head` (the body is decoded by BodyDecoder). Returns a
+  // problem to answer with when the head is refused; nullopt, and *parsed false, when the client
+  // went away or stalled.
+  io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestHead& head, bool* parsed);
   // Admits a token that has to wait (Fence::AdmitWithoutWaiting said kWaiting), with a waiter
   // that gives up after deadline.
   io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
@@ -74,12 +71,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Reads the body of an admitted-to-be request: all of it when it fits `keep`. Returns a problem
   // (400, 408, 413) or nullopt; *gone when the client went away (nothing to answer).
   io::Awaitable<std::optional<Problem>> ReadBody(RequestBody& body, size_t keep, bool* gone);
-  io::Awaitable<bool> Forward(const Runtime& runtime, const RequestParser& parser, const RequestPlan& plan,
+  io::Awaitable<bool> Forward(const Runtime& runtime, const RequestHead& head, const RequestPlan& plan,
                               RequestBody& body, RelayBuffers::Lease& relay);
   // Answers with a problem; reads and drops a small unread body to keep the connection, else
   // closes it. Every 400 closes: after a malformed message the next request's boundary is
   // unknown. Returns whether the connection may serve another request.
-  io::Awaitable<bool> Reject(const RequestParser& parser, BodyDecoder& body, const Problem& problem, bool force_close);
+  io::Awaitable<bool> Reject(const RequestHead& head, BodyDecoder& body, const Problem& problem, bool force_close);
   io::Awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
   io::Awaitable<bool> DiscardBody(BodyDecoder& body);
   io::Awaitable<void> LingeringClose();
@@ -93,7 +90,7 @@ class Session : public std::enable_shared_from_this<Session> {
     uint64_t bytes_in = 0;         // request body bytes forwarded
     uint64_t bytes_out = 0;        // response body bytes relayed
   };
-  void LogAccess(const RequestParser* parser, const RequestPlan* plan) const;
+  void LogAccess(const RequestHead* head, const RequestPlan* plan) const;
 
   Worker& worker_;
   // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.

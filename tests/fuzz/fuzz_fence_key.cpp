@@ -113,8 +113,8 @@ struct Request {
   bool get = false;
 };
 
-http::request_header<> Head(const Request& r) {
-  http::request_header<> h;
+RequestHead Head(const Request& r) {
+  RequestHead h;
   h.method_string(r.get ? "GET" : "PUT");
   h.target(r.target);
   h.version(11);
@@ -166,7 +166,7 @@ struct Decision {
 
 Decision PlanAndCheck(const Request& r, bool with_root) {
   const Runtime& runtime = RuntimeFor(with_root);
-  const http::request_header<> head = Head(r);
+  const RequestHead head = Head(r);
   const RequestPlan plan = PlanRequest(head, runtime);
   const TargetCheck target = CheckRequestTarget(head.target());
 

@@ -1,12 +1,13 @@
-// The whole request-head path of a session, without sockets: FindHeadEnd, CheckRawHead, Beast's
-// parser fed the head exactly as Session::ReadHead feeds it, PlanRequest against a fixed runtime,
+// The whole request-head path of a session, without sockets: FindHeadEnd, CheckRawHead,
+// RequestHead::Parse fed the head exactly as Session::ReadHead feeds it (and Beast's parser beside
+// it, which must read it alike), PlanRequest against a fixed runtime,
 // Fence::Admit (a synchronous fake persister stands in for the state writer) and ApplyAdmission,
 // then the upstream request the session would send, serialised and read back.
 //
 // Oracles (each abort is a bypass, a smuggling vector or a crash):
 //  - FindHeadEnd finds the same end however the bytes arrive, at the first empty line, bare LF or
 //    bare CR;
-//  - nothing CheckRawHead refuses is planned; the parser takes exactly the head it measured;
+//  - nothing CheckRawHead refuses is planned; RequestHead reads the head as Beast's parser does;
 //  - a forwarded request has unambiguous framing, a target CheckRequestTarget accepts, the route
 //    a brute-force match picks, and, on an enforce route that fences its method, an admission;
 //  - a kFence plan carries exactly one token header, which ParseTokenValue accepts as plan.token;
@@ -21,12 +22,14 @@
 #include "config/config.h"
 #include "fence/fence.h"
 #include "fence/token.h"
+#include "../unit/http/beast_oracle.h"
 #include "fuzz_check.h"
 #include "routing/path_check.h"
 #include "http/framing.h"
 #include "http/header_rewrite.h"
 #include "http/problem.h"
 #include "http/raw_head.h"
+#include "http/request_head.h"
 #include "http/uri.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
@@ -53,7 +56,7 @@ namespace {
 
 using namespace fencing;
 namespace http = boost::beast::http;
-using Parser = http::request_parser<http::buffer_body>;  // as Session::RequestParser
+using Parser = http::request_parser<http::buffer_body>;  // reads the upstream head back
 
 constexpr uint64_t kStartMax = 100;  // every fence starts here, so stale, equal and raise all occur
 
@@ -217,13 +220,15 @@ void CheckAcceptedRawHead(std::string_view head) {
   }
 }
 
-size_t CountFields(const http::fields& fields, std::string_view name) {
+template <typename FieldList>
+size_t CountFields(const FieldList& fields, std::string_view name) {
   size_t n = 0;
   for (const auto& f : fields) n += EqualsNoCase(f.name_string(), name) ? 1 : 0;
   return n;
 }
 
-bool NamedByConnection(const http::fields& fields, std::string_view name) {
+template <typename FieldList>
+bool NamedByConnection(const FieldList& fields, std::string_view name) {
   for (const auto& f : fields) {
     if (f.name() != http::field::connection) continue;
     for (auto token : http::token_list(f.value())) {
@@ -260,7 +265,7 @@ bool EnforcesOn(const RouteRuntime* route, std::string_view method) {
          route->FencesMethod(method);
 }
 
-void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan, const Runtime& runtime) {
+void CheckForwardable(const RequestHead& req, const RequestPlan& plan, const Runtime& runtime) {
   FUZZ_CHECK(CheckRequestFraming(req).ok, "a forwarded request with ambiguous framing");
   FUZZ_CHECK(req.method() != http::verb::connect, "a forwarded CONNECT");
   FUZZ_CHECK(req.count(http::field::upgrade) == 0, "a forwarded Upgrade");
@@ -302,7 +307,7 @@ void CheckForwardable(const http::request_header<>& req, const RequestPlan& plan
 }
 
 // What the session sends upstream, read back.
-void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, const Runtime& runtime) {
+void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtime& runtime) {
   const bool drop_underscored = runtime.config().headers_with_underscores == HeadersWithUnderscores::kDrop;
   const std::string wire = UpstreamRequestHead(req, plan.origin_target, plan.host, "127.0.0.1",
                                                runtime.config().backend.ToString(), plan.drop_header, drop_underscored);
@@ -317,7 +322,9 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   const auto& up = back.get();
   FUZZ_CHECK(up.method_string() == req.method_string(), "the upstream method differs");
   FUZZ_CHECK(up.target() == plan.origin_target, "the upstream target differs from the origin target");
-  FUZZ_CHECK(CheckRequestFraming(up.base()).ok, "the upstream framing is ambiguous");
+  RequestHead up_head;  // the upstream head as the proxy itself reads one
+  FUZZ_CHECK(!up_head.Parse(wire, std::numeric_limits<uint64_t>::max()), "the upstream head does not read back");
+  FUZZ_CHECK(CheckRequestFraming(up_head).ok, "the upstream framing is ambiguous");
   FUZZ_CHECK(up.count(http::field::upgrade) == 0, "an Upgrade sent upstream");
   for (const auto& f : up) {
     FUZZ_CHECK(!drop_underscored || f.name_string().find('_') == std::string_view::npos,
@@ -343,7 +350,7 @@ void CheckUpstream(const http::request_header<>& req, const RequestPlan& plan, c
   }
 
   // The backend sees the same route the fence was asked about, and nothing ambiguous.
-  const RequestPlan again = PlanRequest(up.base(), runtime);
+  const RequestPlan again = PlanRequest(up_head, runtime);
   FUZZ_CHECK(again.action != RequestPlan::Action::kReject ||
                  (again.outcome != Outcome::kRejectedPath && again.outcome != Outcome::kRejectedRequest),
              "the upstream request is one the proxy itself would refuse");
@@ -378,7 +385,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (head_length > config->limits.max_header_bytes) return 0;  // 431 before anything parses it
   const std::string_view head = input.substr(0, head_length);
 
-  // 2. The byte-level check, then the parser, as Session::ReadHead does them.
+  // 2. The byte-level check, then the head read, as Session::ReadHead does them.
   const RawHeadCheck raw = CheckRawHead(head);
   if (!raw.ok) {
     FUZZ_CHECK(raw.reason != nullptr && *raw.reason != '\0', "a refused head without a reason");
@@ -386,16 +393,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   CheckAcceptedRawHead(head);
 
-  Parser parser;
-  parser.header_limit(static_cast<uint32_t>(config->limits.max_header_bytes));
-  parser.body_limit(config->limits.max_body_bytes);
-  boost::system::error_code ec;
-  const size_t used = parser.put(boost::asio::buffer(head.data(), head.size()), ec);
-  if (!ec && !parser.is_header_done()) ec = http::error::partial_message;
-  if (ec) return 0;  // 400 (or 413): refused
-  // Bytes of the head left unconsumed would be read as the body or the next request.
-  FUZZ_CHECK(used == head.size(), "the parser ended the head somewhere else than FindHeadEnd");
-  const http::request_header<>& req = parser.get().base();
+  const std::string differs = CompareWithBeast(head, config->limits.max_body_bytes);
+  FUZZ_CHECK(differs.empty(), differs.c_str());
+  RequestHead req;
+  if (req.Parse(head, config->limits.max_body_bytes)) return 0;  // 400 (or 413): refused
 
   // 3. The plan, and the fence's answer for a fenced write.
   const bool persist_ok = mix % 13 != 0;  // now and then the state write fails, or has failed
@@ -458,7 +459,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckUpstream(req, plan, runtime);
   } else {
     FUZZ_CHECK(plan.action == RequestPlan::Action::kReject, "a plan left undecided");
-    const auto response = MakeProblemResponse(plan.problem, req.version(), !plan.close && parser.get().keep_alive());
+    const auto response = MakeProblemResponse(plan.problem, req.version(), !plan.close && req.keep_alive());
     FUZZ_CHECK(response.result() == plan.problem.status, "the response status differs from the problem's");
     FUZZ_CHECK(static_cast<unsigned>(plan.problem.status) >= 400, "a rejection without an error status");
     // Request bytes echoed into the problem (method, reasons) must not split the response head.

@@ -4,6 +4,8 @@
 
 #include <boost/beast/http.hpp>
 
+#include "http/request_head.h"
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,9 +18,9 @@ namespace fencing {
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
 // A POST /orders/1 head (or `method`) with the fields in order; insert keeps duplicates separate.
-inline boost::beast::http::request_header<> Request(unsigned version, const Fields& fields,
-                                                    boost::beast::http::verb method = boost::beast::http::verb::post) {
-  boost::beast::http::request_header<> h;
+inline RequestHead Request(unsigned version, const Fields& fields,
+                           boost::beast::http::verb method = boost::beast::http::verb::post) {
+  RequestHead h;
   h.method(method);
   h.target("/orders/1");
   h.version(version);
@@ -27,7 +29,9 @@ inline boost::beast::http::request_header<> Request(unsigned version, const Fiel
 }
 
 // Every value of the fields named `name` (any case), in order.
-inline std::vector<std::string> Values(const boost::beast::http::fields& f, std::string_view name) {
+// FieldList: boost::beast::http::fields or RequestHead.
+template <typename FieldList>
+std::vector<std::string> Values(const FieldList& f, std::string_view name) {
   std::vector<std::string> out;
   for (const auto& field : f) {
     if (EqualsIgnoreCase(field.name_string(), name)) out.emplace_back(field.value());

@@ -36,7 +36,7 @@ http::request_header<> ParseRequestHead(const std::string& text) { return ParseH
 http::response_header<> ParseResponseHead(const std::string& text) { return ParseHead<false>(text); }
 
 TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
-  http::request_header<> client = Request(11, {{"Host", "client.example"},
+  RequestHead client = Request(11, {{"Host", "client.example"},
                                                {"Connection", "close, X-Secret"},
                                                {"Keep-Alive", "timeout=5"},
                                                {"Proxy-Connection", "keep-alive"},
@@ -71,7 +71,7 @@ TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
 }
 
 TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
-  http::request_header<> client = Request(11, {{"x-fencing-TOKEN", "7"}, {"X-Other", "1"}});
+  RequestHead client = Request(11, {{"x-fencing-TOKEN", "7"}, {"X-Other", "1"}});
   http::request_header<> up =
       ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "X-Fencing-Token"));
   EXPECT_TRUE(Values(up, "X-Fencing-Token").empty());
@@ -79,7 +79,7 @@ TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
 }
 
 TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
-  http::request_header<> client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
+  RequestHead client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
                                                {"a_b", "1"}, {"_", "2"}, {"X-Kept", "3"}});
   http::request_header<> dropped =
       ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/true));
@@ -94,7 +94,7 @@ TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
 }
 
 TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossFields) {
-  http::request_header<> client = Request(11, {{"Connection", "keep-alive"},
+  RequestHead client = Request(11, {{"Connection", "keep-alive"},
                                                {"Connection", "x-secret , X-Other"},
                                                {"X-SECRET", "1"},
                                                {"x-other", "2"},
@@ -106,21 +106,21 @@ TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossF
 }
 
 TEST(UpstreamRequestHeadTest, AppendsTheClientToAllForwardedForFieldsAsOne) {
-  http::request_header<> client =
+  RequestHead client =
       Request(11, {{"X-Forwarded-For", "a"}, {"Accept", "*/*"}, {"x-forwarded-for", "b"}});
   http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "127.0.0.1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"a, b, 127.0.0.1"});
 }
 
 TEST(UpstreamRequestHeadTest, StartsForwardedForWhenAbsent) {
-  http::request_header<> client = Request(11, {});
+  RequestHead client = Request(11, {});
   http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "::1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"::1"});
 }
 
 // An absolute-form target's authority is the Host the backend sees (RFC 9112 section 3.2.2).
 TEST(UpstreamRequestHeadTest, AGivenHostReplacesTheClientsHost) {
-  http::request_header<> client = Request(11, {{"Host", "client.example"}, {"Accept", "*/*"}, {"host", "again"}});
+  RequestHead client = Request(11, {{"Host", "client.example"}, {"Accept", "*/*"}, {"host", "again"}});
   http::request_header<> up =
       ParseRequestHead(UpstreamRequestHead(client, "/o", "other.example:81", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(up, "Host"), std::vector<std::string>{"other.example:81"});
@@ -139,14 +139,14 @@ TEST(UpstreamRequestHeadTest, SetsHostToTheBackendOnlyWhenAbsent) {
 }
 
 TEST(UpstreamRequestHeadTest, CopiesAnExtensionMethod) {
-  http::request_header<> client = Request(11, {});
+  RequestHead client = Request(11, {});
   client.method_string("PURGE");
   http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(up.method_string(), "PURGE");
 }
 
 TEST(UpstreamRequestHeadTest, ChunkedBodyStaysChunked) {
-  http::request_header<> client = Request(11, {{"Transfer-Encoding", "chunked"}});
+  RequestHead client = Request(11, {{"Transfer-Encoding", "chunked"}});
   http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(up, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
   EXPECT_TRUE(Values(up, "Content-Length").empty());

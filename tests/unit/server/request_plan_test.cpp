@@ -138,9 +138,9 @@ Env& EnvFor(Variant variant) {
   return pass;
 }
 
-http::request_header<> Head(std::string_view method, std::string_view target, const Fields& fields,
+RequestHead Head(std::string_view method, std::string_view target, const Fields& fields,
                             unsigned version = 11) {
-  http::request_header<> h;
+  RequestHead h;
   h.method_string(method);
   h.target(target);
   h.version(version);
@@ -181,7 +181,7 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   const PlanCase& c = GetParam();
   Env& env = EnvFor(c.variant);
   ASSERT_TRUE(env.ok());
-  http::request_header<> head = Head(c.method, c.target, c.fields, c.version);
+  RequestHead head = Head(c.method, c.target, c.fields, c.version);
   RequestPlan plan = PlanRequest(head, env.runtime());
 
   EXPECT_EQ(static_cast<int>(plan.action), static_cast<int>(c.action)) << c.what << ": action";
@@ -401,7 +401,7 @@ class PlanKeyTest : public testing::TestWithParam<KeyCase> {};
 TEST_P(PlanKeyTest, TakesTheKeyOfAFencedRequest) {
   const KeyCase& c = GetParam();
   ASSERT_TRUE(KeyedEnv().ok());
-  http::request_header<> head = Head(c.method, c.target, c.fields);
+  RequestHead head = Head(c.method, c.target, c.fields);
   RequestPlan plan = PlanRequest(head, KeyedEnv().runtime());
   EXPECT_EQ(plan.action, c.action) << plan.problem.detail;
   EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(c.outcome));
@@ -492,7 +492,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(PlanKeyTest, LaterProblemsCarryTheKey) {
   ASSERT_TRUE(KeyedEnv().ok());
-  http::request_header<> head = Head("PUT", "/objects/k-9/part", Token("3"));
+  RequestHead head = Head("PUT", "/objects/k-9/part", Token("3"));
   RequestPlan plan = PlanRequest(head, KeyedEnv().runtime());
   ASSERT_EQ(plan.action, Action::kFence);
   ApplyAdmission(plan, Admission::kStale, 7);
@@ -562,7 +562,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(PlanRequestHostTest, Http11WithoutHostIsRefusedHttp10IsNot) {
   Env& env = EnvFor(Variant::kPass);
-  http::request_header<> head;
+  RequestHead head;
   head.method_string("GET");
   head.target("/other");
   head.version(11);

@@ -1,0 +1,181 @@
+#include "http/request_head.h"
+
+#include "http/ascii.h"
+
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace fencing {
+
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+namespace {
+
+bool IsOws(char c) { return c == ' ' || c == '\t'; }
+
+// Beast's parse_dec: all digits, no more than 2^64-1.
+bool ParseDecimal(std::string_view text, uint64_t* out) {
+  if (text.empty()) return false;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *out = value;
+  return true;
+}
+
+}  // namespace
+
+bool RequestHead::keep_alive() const {
+  if (version_ >= 11) return !connection_close_;
+  return connection_keep_alive_;
+}
+
+std::string_view RequestHead::operator[](http::field id) const {
+  for (const FieldSpans& field : fields_) {
+    if (field.id == id) return Text(field.value);
+  }
+  return {};
+}
+
+size_t RequestHead::count(http::field id) const {
+  return static_cast<size_t>(
+      std::count_if(fields_.begin(), fields_.end(), [id](const FieldSpans& field) { return field.id == id; }));
+}
+
+RequestHead::Span RequestHead::Append(std::string_view text) {
+  Span span{static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(text.size())};
+  text_.append(text);
+  return span;
+}
+
+void RequestHead::method(http::verb verb) {
+  method_ = verb;
+  method_at_ = Append(http::to_string(verb));
+}
+
+void RequestHead::method_string(std::string_view method) {
+  method_ = http::string_to_verb(method);
+  method_at_ = Append(method);
+}
+
+void RequestHead::target(std::string_view target) { target_at_ = Append(target); }
+
+void RequestHead::insert(std::string_view name, std::string_view value) {
+  const Span name_at = Append(name);
+  fields_.push_back(FieldSpans{http::string_to_field(name), name_at, Append(value)});
+}
+
+void RequestHead::insert(http::field id, std::string_view value) { insert(http::to_string(id), value); }
+
+void RequestHead::set(http::field id, std::string_view value) {
+  fields_.erase(std::remove_if(fields_.begin(), fields_.end(), [id](const FieldSpans& f) { return f.id == id; }),
+                fields_.end());
+  insert(id, value);
+}
+
+// What Beast's parser makes of the fields that frame the message or the connection (its
+// basic_parser::do_field), with the same error for the same fault.
+error_code RequestHead::Take(http::field id, std::string_view value) {
+  switch (id) {
+    case http::field::connection:
+    case http::field::proxy_connection: {
+      const http::opt_token_list list{value};
+      if (!http::validate_list(list)) return http::error::bad_value;
+      for (std::string_view token : list) {
+        if (EqualsIgnoreCase(token, "close")) connection_close_ = true;
+        if (EqualsIgnoreCase(token, "keep-alive")) connection_keep_alive_ = true;
+      }
+      return {};
+    }
+    case http::field::content_length: {
+      if (chunked_) return http::error::bad_content_length;
+      // A list of equal numbers ("5, 5") is one length; every element must be a number.
+      size_t unread = 1 + static_cast<size_t>(std::count(value.begin(), value.end(), ','));
+      const http::opt_token_list list{value};
+      if (list.begin() == list.end() || !http::validate_list(list)) return http::error::bad_content_length;
+      for (std::string_view token : list) {
+        uint64_t length = 0;
+        if (!ParseDecimal(token, &length)) return http::error::bad_content_length;
+        --unread;
+        if (content_length_ && *content_length_ != length) return http::error::multiple_content_length;
+        content_length_ = length;
+      }
+      if (unread != 0) return http::error::bad_content_length;
+      return {};
+    }
+    case http::field::transfer_encoding: {
+      if (chunked_ || content_length_) return http::error::bad_transfer_encoding;
+      // Chunked when the first "chunked" coding is the last one.
+      const http::token_list codings{value};
+      auto it = std::find_if(codings.begin(), codings.end(),
+                             [](std::string_view coding) { return EqualsIgnoreCase(coding, "chunked"); });
+      if (it != codings.end() && std::next(it) == codings.end()) chunked_ = true;
+      return {};
+    }
+    default:
+      return {};
+  }
+}
+
+error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
+  text_.assign(head.data(), head.size());
+  fields_.clear();
+  content_length_.reset();
+  chunked_ = connection_close_ = connection_keep_alive_ = false;
+
+  // The request line: CheckRawHead let through exactly two spaces and no control byte.
+  const std::string_view text(text_);
+  const size_t line_end = text.find("\r\n");
+  if (line_end == std::string_view::npos) return http::error::partial_message;
+  const size_t first_space = text.find(' ');
+  const size_t second_space = first_space < line_end ? text.find(' ', first_space + 1) : std::string_view::npos;
+  if (first_space == 0 || first_space >= line_end) return http::error::bad_method;
+  if (second_space >= line_end || second_space == first_space + 1) return http::error::bad_target;
+  method_at_ = Span{0, static_cast<uint32_t>(first_space)};
+  target_at_ = Span{static_cast<uint32_t>(first_space + 1), static_cast<uint32_t>(second_space - first_space - 1)};
+  const std::string_view version = text.substr(second_space + 1, line_end - second_space - 1);
+  if (version == "HTTP/1.1") {
+    version_ = 11;
+  } else if (version == "HTTP/1.0") {
+    version_ = 10;
+  } else {
+    return http::error::bad_version;
+  }
+  method_ = http::string_to_verb(method_string());
+
+  // The fields, a line each (CheckRawHead: no obs-fold, a ':' after a token name, no control
+  // byte in a value), up to the empty line.
+  size_t at = line_end + 2;
+  for (;;) {
+    const size_t end = text.find("\r\n", at);
+    if (end == std::string_view::npos) return http::error::partial_message;
+    if (end == at) break;  // the empty line
+    const size_t colon = text.find(':', at);
+    if (colon == std::string_view::npos || colon >= end || colon == at) return http::error::bad_field;
+    size_t value_begin = colon + 1;
+    size_t value_end = end;
+    while (value_begin < value_end && IsOws(text[value_begin])) ++value_begin;
+    while (value_end > value_begin && IsOws(text[value_end - 1])) --value_end;
+    const std::string_view name = text.substr(at, colon - at);
+    const std::string_view value = text.substr(value_begin, value_end - value_begin);
+    const http::field id = http::string_to_field(name);
+    if (error_code ec = Take(id, value)) return ec;
+    fields_.push_back(FieldSpans{id, Span{static_cast<uint32_t>(at), static_cast<uint32_t>(colon - at)},
+                                 Span{static_cast<uint32_t>(value_begin), static_cast<uint32_t>(value.size())}});
+    at = end + 2;
+  }
+  if (at + 2 != text.size()) return http::error::partial_message;  // bytes after the head's end
+  if (content_length_ && *content_length_ > max_body) return http::error::body_limit;
+  return {};
+}
+
+}  // namespace fencing
