@@ -24,7 +24,7 @@ bool NotCopied(http::field f) {
 // per message, then looked up per field.
 class ConnectionTokens {
  public:
-  // FieldList: http::fields (a response head) or RequestHead (its fields read alike).
+  // FieldList: RequestHead or HeadFields (a response head's).
   template <typename FieldList>
   explicit ConnectionTokens(const FieldList& from) {
     for (const auto& field : from) {
@@ -148,17 +148,17 @@ std::string UpstreamRequestHead(const RequestHead& client, std::string_view orig
   return out;
 }
 
-std::string ClientResponseHead(const http::response_header<>& upstream, unsigned client_version,
-                               BodyFraming framing, bool keep_alive) {
+std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,
+                               unsigned client_version, BodyFraming framing, bool keep_alive) {
   std::string out;
   out.reserve(kHeadReserve);
   out.append(client_version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
-  out.append(std::to_string(upstream.result_int()));
+  out.append(std::to_string(status));
   out.push_back(' ');
-  out.append(upstream.reason());
+  out.append(reason);
   out.append("\r\n");
-  const FieldFacts facts = ScanFields(upstream);
-  AppendEndToEndFields(upstream, facts, Omit{}, nullptr, out);
+  const FieldFacts facts = ScanFields(fields);
+  AppendEndToEndFields(fields, facts, Omit{}, nullptr, out);
   if (framing == BodyFraming::kLength) {
     AppendField(out, "Content-Length", facts.content_length);
   } else if (framing == BodyFraming::kChunked) {

@@ -5,9 +5,8 @@
 // message framing is set afresh. The heads are written as text straight into one gather write
 // with the first body bytes: no second fields container, no generic serializer.
 
+#include "http/head_fields.h"
 #include "http/request_head.h"
-
-#include <boost/beast/http/message.hpp>
 
 #include <cstdint>
 #include <string>
@@ -34,9 +33,10 @@ std::string UpstreamRequestHead(const RequestHead& client, std::string_view orig
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored = true);
 
-// The response head for the client: status line in the client's HTTP version, end-to-end
-// fields, `framing`, and a Connection field when keep-alive differs from the version's default.
-std::string ClientResponseHead(const boost::beast::http::response_header<>& upstream, unsigned client_version,
-                               BodyFraming framing, bool keep_alive);
+// The response head for the client: status line in the client's HTTP version (with the backend's
+// status and reason), the backend's end-to-end fields, `framing`, and a Connection field when
+// keep-alive differs from the version's default.
+std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,
+                               unsigned client_version, BodyFraming framing, bool keep_alive);
 
 }  // namespace fencing

@@ -39,47 +39,14 @@ bool RequestHead::keep_alive() const {
   return connection_keep_alive_;
 }
 
-std::string_view RequestHead::operator[](http::field id) const {
-  for (const FieldSpans& field : fields_) {
-    if (field.id == id) return Text(field.value);
-  }
-  return {};
-}
-
-size_t RequestHead::count(http::field id) const {
-  return static_cast<size_t>(
-      std::count_if(fields_.begin(), fields_.end(), [id](const FieldSpans& field) { return field.id == id; }));
-}
-
-RequestHead::Span RequestHead::Append(std::string_view text) {
-  Span span{static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(text.size())};
-  text_.append(text);
-  return span;
-}
-
 void RequestHead::method(http::verb verb) {
   method_ = verb;
-  method_at_ = Append(http::to_string(verb));
+  method_at_ = fields_.Keep(http::to_string(verb));
 }
 
 void RequestHead::method_string(std::string_view method) {
   method_ = http::string_to_verb(method);
-  method_at_ = Append(method);
-}
-
-void RequestHead::target(std::string_view target) { target_at_ = Append(target); }
-
-void RequestHead::insert(std::string_view name, std::string_view value) {
-  const Span name_at = Append(name);
-  fields_.push_back(FieldSpans{http::string_to_field(name), name_at, Append(value)});
-}
-
-void RequestHead::insert(http::field id, std::string_view value) { insert(http::to_string(id), value); }
-
-void RequestHead::set(http::field id, std::string_view value) {
-  fields_.erase(std::remove_if(fields_.begin(), fields_.end(), [id](const FieldSpans& f) { return f.id == id; }),
-                fields_.end());
-  insert(id, value);
+  method_at_ = fields_.Keep(method);
 }
 
 // What Beast's parser makes of the fields that frame the message or the connection (its
@@ -127,21 +94,20 @@ error_code RequestHead::Take(http::field id, std::string_view value) {
 }
 
 error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
-  text_.assign(head.data(), head.size());
-  fields_.clear();
+  fields_.Clear();
   content_length_.reset();
   chunked_ = connection_close_ = connection_keep_alive_ = false;
 
   // The request line: CheckRawHead let through exactly two spaces and no control byte.
-  const std::string_view text(text_);
+  const std::string_view text = fields_.Text(fields_.Keep(head));
   const size_t line_end = text.find("\r\n");
   if (line_end == std::string_view::npos) return http::error::partial_message;
   const size_t first_space = text.find(' ');
   const size_t second_space = first_space < line_end ? text.find(' ', first_space + 1) : std::string_view::npos;
   if (first_space == 0 || first_space >= line_end) return http::error::bad_method;
   if (second_space >= line_end || second_space == first_space + 1) return http::error::bad_target;
-  method_at_ = Span{0, static_cast<uint32_t>(first_space)};
-  target_at_ = Span{static_cast<uint32_t>(first_space + 1), static_cast<uint32_t>(second_space - first_space - 1)};
+  method_at_ = fields_.SpanOf(text.substr(0, first_space));
+  target_at_ = fields_.SpanOf(text.substr(first_space + 1, second_space - first_space - 1));
   const std::string_view version = text.substr(second_space + 1, line_end - second_space - 1);
   if (version == "HTTP/1.1") {
     version_ = 11;
@@ -169,8 +135,7 @@ error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
     const std::string_view value = text.substr(value_begin, value_end - value_begin);
     const http::field id = http::string_to_field(name);
     if (error_code ec = Take(id, value)) return ec;
-    fields_.push_back(FieldSpans{id, Span{static_cast<uint32_t>(at), static_cast<uint32_t>(colon - at)},
-                                 Span{static_cast<uint32_t>(value_begin), static_cast<uint32_t>(value.size())}});
+    fields_.AddKept(id, fields_.SpanOf(name), fields_.SpanOf(value));
     at = end + 2;
   }
   if (at + 2 != text.size()) return http::error::partial_message;  // bytes after the head's end

@@ -15,9 +15,10 @@
 // A head is read once and kept whole for the request (targets, keys and the upstream head are
 // views into it), so it owns a copy of its bytes: the client buffer moves as the body is read.
 
+#include "http/head_fields.h"
+
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
-#include <boost/container/small_vector.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
@@ -29,21 +30,8 @@ namespace fencing {
 
 class RequestHead {
  public:
-  // One field as it came: name (as the client spelled it), value without surrounding OWS.
-  class Field {
-   public:
-    Field(boost::beast::http::field id, std::string_view name, std::string_view value)
-        : id_(id), name_(name), value_(value) {}
-    // The names of boost::beast::http::fields' elements, so that code reads the same over both.
-    boost::beast::http::field name() const { return id_; }
-    std::string_view name_string() const { return name_; }
-    std::string_view value() const { return value_; }
-
-   private:
-    boost::beast::http::field id_;
-    std::string_view name_;
-    std::string_view value_;
-  };
+  using Field = HeadFields::Field;
+  using Iterator = HeadFields::Iterator;
 
   // An empty HTTP/1.1 head (method unknown, target empty, no fields) to be filled in by the
   // setters below, as tests and tools build one; Parse fills one from bytes.
@@ -55,8 +43,8 @@ class RequestHead {
   boost::system::error_code Parse(std::string_view head, uint64_t max_body);
 
   boost::beast::http::verb method() const { return method_; }
-  std::string_view method_string() const { return Text(method_at_); }
-  std::string_view target() const { return Text(target_at_); }
+  std::string_view method_string() const { return fields_.Text(method_at_); }
+  std::string_view target() const { return fields_.Text(target_at_); }
   unsigned version() const { return version_; }  // 10 or 11
 
   // The framing the fields announce, as Beast's parser reports it.
@@ -66,71 +54,43 @@ class RequestHead {
   bool keep_alive() const;
 
   // The fields, in order, duplicates apart.
-  class Iterator;
-  Iterator begin() const;
-  Iterator end() const;
+  const HeadFields& fields() const { return fields_; }
+  Iterator begin() const { return fields_.begin(); }
+  Iterator end() const { return fields_.end(); }
   size_t size() const { return fields_.size(); }
-  // The first value of a field; empty if there is none.
-  std::string_view operator[](boost::beast::http::field id) const;
-  size_t count(boost::beast::http::field id) const;
+  std::string_view operator[](boost::beast::http::field id) const { return fields_[id]; }
+  size_t count(boost::beast::http::field id) const { return fields_.count(id); }
 
   // Setters for a head built field by field (tests, tools). They do not re-derive the framing
   // facts: Parse is what a session uses.
   void method(boost::beast::http::verb verb);
   void method_string(std::string_view method);
-  void target(std::string_view target);
+  void target(std::string_view target) { target_at_ = fields_.Keep(target); }
   void version(unsigned version) { version_ = version; }
-  void insert(std::string_view name, std::string_view value);
-  void insert(boost::beast::http::field id, std::string_view value);
+  void insert(std::string_view name, std::string_view value) {
+    fields_.Add(boost::beast::http::string_to_field(name), name, value);
+  }
+  void insert(boost::beast::http::field id, std::string_view value) {
+    fields_.Add(id, boost::beast::http::to_string(id), value);
+  }
   // Replaces every field with this id by one.
-  void set(boost::beast::http::field id, std::string_view value);
+  void set(boost::beast::http::field id, std::string_view value) {
+    fields_.Erase(id);
+    insert(id, value);
+  }
 
  private:
-  // A piece of text_: offsets, not pointers, so that a head can be copied and moved.
-  struct Span {
-    uint32_t at = 0;
-    uint32_t size = 0;
-  };
-  struct FieldSpans {
-    boost::beast::http::field id;
-    Span name;
-    Span value;
-  };
-  std::string_view Text(Span span) const { return std::string_view(text_).substr(span.at, span.size); }
-  Span Append(std::string_view text);
-  Field At(size_t i) const { return Field(fields_[i].id, Text(fields_[i].name), Text(fields_[i].value)); }
   boost::system::error_code Take(boost::beast::http::field id, std::string_view value);
 
-  std::string text_;
-  Span method_at_;
-  Span target_at_;
+  HeadFields fields_;  // its text is the whole head (Parse) or the setters' pieces
+  HeadFields::Span method_at_;
+  HeadFields::Span target_at_;
   boost::beast::http::verb method_ = boost::beast::http::verb::unknown;
   unsigned version_ = 11;
-  boost::container::small_vector<FieldSpans, 12> fields_;
   std::optional<uint64_t> content_length_;
   bool chunked_ = false;
   bool connection_close_ = false;
   bool connection_keep_alive_ = false;
 };
-
-class RequestHead::Iterator {
- public:
-  using value_type = Field;
-  using difference_type = std::ptrdiff_t;
-  Iterator(const RequestHead* head, size_t i) : head_(head), i_(i) {}
-  Field operator*() const { return head_->At(i_); }
-  Iterator& operator++() {
-    ++i_;
-    return *this;
-  }
-  bool operator==(const Iterator& other) const { return i_ == other.i_; }
-
- private:
-  const RequestHead* head_;
-  size_t i_;
-};
-
-inline RequestHead::Iterator RequestHead::begin() const { return Iterator(this, 0); }
-inline RequestHead::Iterator RequestHead::end() const { return Iterator(this, fields_.size()); }
 
 }  // namespace fencing

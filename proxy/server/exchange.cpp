@@ -3,8 +3,6 @@
 #include "http/header_rewrite.h"
 
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 
 #include <array>
@@ -130,7 +128,7 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
 
 io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
   ExchangeResult result;
-  ResponseParser response_parser;
+  std::optional<ResponseParser> response_parser;
   boost::system::error_code ec;
   // A pooled connection is taken without a coroutine of its own (the usual case); a new one
   // needs a connect.
@@ -183,7 +181,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         auto [hec, n] = co_await http::async_read_header(upstream->socket, upstream->buffer, *response_parser, kTuple);
         ec = hec;
         if (ec) break;
-        const unsigned status = response_parser->get().result_int();
+        const unsigned status = response_parser->status();
         if (status / 100 != 1 || status == 101) break;
       }
       if (!ec) {
@@ -204,9 +202,8 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
 }
 
 io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
-                                    ResponseParser& response_parser, ExchangeResult& result) {
-  auto& upstream_res = response_parser->get();
-  const unsigned status = upstream_res.result_int();
+                                    std::optional<ResponseParser>& response_parser, ExchangeResult& result) {
+  const unsigned status = response_parser->status();
   result.upstream_status = status;
   const bool no_body = ResponseHasNoBody(status, request.head_request);
   // false for a body delimited by the backend's close, too: such a connection cannot be reused.
@@ -223,17 +220,17 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
     if (framing == BodyFraming::kClose) result.keep_alive = false;
   }
   const std::string client_head =
-      ClientResponseHead(upstream_res.base(), request.client_version, framing, result.keep_alive);
+      ClientResponseHead(status, response_parser->reason(), response_parser->fields(), request.client_version, framing,
+                         result.keep_alive);
   const bool chunked_response = framing == BodyFraming::kChunked;
 
   bool response_started = false;
   for (;;) {
     size_t n = 0;
     if (!no_body && !response_parser->is_done()) {
-      upstream_res.body().data = relay_;
-      upstream_res.body().size = relay_size_;
+      response_parser->SetBodyBuffer(relay_, relay_size_);
       boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
-      if (!rec && !response_parser->is_done() && upstream_res.body().size == relay_size_) {
+      if (!rec && !response_parser->is_done() && response_parser->room() == relay_size_) {
         // Whatever arrives is relayed at once (read_some): a response that streams slowly
         // reaches the client as it comes, not when a relay buffer's worth has piled up.
         auto [read_ec, rn] =
@@ -246,7 +243,7 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
         if (!response_started) Fail(result, rec);
         co_return;  // the client saw a partial response: closing tells it so
       }
-      n = relay_size_ - upstream_res.body().size;
+      n = relay_size_ - response_parser->room();
       result.bytes_out += n;
     }
     const bool last = no_body || response_parser->is_done();

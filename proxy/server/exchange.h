@@ -15,11 +15,10 @@
 
 #include "common/io.h"
 #include "http/problem.h"
+#include "http/response_parser.h"
 #include "server/request_body.h"
 #include "upstream/upstream_pool.h"
 
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include <chrono>
 #include <memory>
@@ -74,13 +73,12 @@ class Exchange {
   io::Awaitable<ExchangeResult> Run(const ExchangeRequest& request, RequestBody& body);
 
  private:
-  using ResponseParser = std::optional<boost::beast::http::response_parser<boost::beast::http::buffer_body>>;
   enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
   // What a failed write of the request means for the resend rule.
   static Sent WriteFailure(bool first_write, size_t written);
   // The response to the client; the connection goes back to the pool when it can be reused.
   io::Awaitable<void> Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
-                            ResponseParser& response_parser, ExchangeResult& result);
+                            std::optional<ResponseParser>& response_parser, ExchangeResult& result);
   // Writes a request whose body is not all in hand: head and held body bytes, then the rest as
   // it arrives.
   // kRefused: the first write failed with nothing written (the connection was already closed).

@@ -152,24 +152,25 @@ TEST(UpstreamRequestHeadTest, ChunkedBodyStaysChunked) {
   EXPECT_TRUE(Values(up, "Content-Length").empty());
 }
 
-http::response_header<> Response(unsigned status, const Fields& fields) {
-  http::response_header<> res;
-  res.result(status);
-  res.version(11);
-  for (const auto& [name, value] : fields) res.insert(name, value);
+// A backend's response head, as the exchange's parser (ResponseParser) hands its fields over.
+HeadFields Response(const Fields& fields) {
+  HeadFields res;
+  for (const auto& [name, value] : fields) res.Add(http::string_to_field(name), name, value);
   return res;
 }
 
 TEST(ClientResponseHeadTest, CopiesEndToEndFieldsAndSetsFramingAfresh) {
-  http::response_header<> from = Response(201, {{"Content-Type", "text/plain"},
-                                                {"Content-Length", "12"},
-                                                {"Transfer-Encoding", "chunked"},
-                                                {"Connection", "keep-alive, X-Hop"},
-                                                {"X-Hop", "1"},
-                                                {"Set-Cookie", "a=1"},
-                                                {"Set-Cookie", "b=2"}});
-  http::response_header<> to = ParseResponseHead(ClientResponseHead(from, 11, BodyFraming::kLength, true));
+  HeadFields from = Response({{"Content-Type", "text/plain"},
+                              {"Content-Length", "12"},
+                              {"Transfer-Encoding", "chunked"},
+                              {"Connection", "keep-alive, X-Hop"},
+                              {"X-Hop", "1"},
+                              {"Set-Cookie", "a=1"},
+                              {"Set-Cookie", "b=2"}});
+  http::response_header<> to =
+      ParseResponseHead(ClientResponseHead(201, "Created", from, 11, BodyFraming::kLength, true));
   EXPECT_EQ(to.result_int(), 201u);
+  EXPECT_EQ(to.reason(), "Created");
   EXPECT_EQ(to.version(), 11u);
   EXPECT_EQ(Values(to, "Content-Type"), std::vector<std::string>{"text/plain"});
   EXPECT_EQ(Values(to, "Set-Cookie"), (std::vector<std::string>{"a=1", "b=2"}));
@@ -180,17 +181,17 @@ TEST(ClientResponseHeadTest, CopiesEndToEndFieldsAndSetsFramingAfresh) {
 }
 
 TEST(ClientResponseHeadTest, FramingAndConnectionFollowTheClientsVersion) {
-  http::response_header<> from = Response(200, {{"Transfer-Encoding", "chunked"}});
-  http::response_header<> chunked = ParseResponseHead(ClientResponseHead(from, 11, BodyFraming::kChunked, true));
+  HeadFields from = Response({{"Transfer-Encoding", "chunked"}});
+  http::response_header<> chunked = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, BodyFraming::kChunked, true));
   EXPECT_EQ(Values(chunked, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
   EXPECT_TRUE(Values(chunked, "Connection").empty()) << "keep-alive is HTTP/1.1's default";
-  http::response_header<> closing = ParseResponseHead(ClientResponseHead(from, 11, BodyFraming::kChunked, false));
+  http::response_header<> closing = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, BodyFraming::kChunked, false));
   EXPECT_EQ(Values(closing, "Connection"), std::vector<std::string>{"close"});
-  http::response_header<> old = ParseResponseHead(ClientResponseHead(from, 10, BodyFraming::kClose, false));
+  http::response_header<> old = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, BodyFraming::kClose, false));
   EXPECT_EQ(old.version(), 10u);
   EXPECT_TRUE(Values(old, "Transfer-Encoding").empty()) << "HTTP/1.0 has no chunked coding";
   EXPECT_TRUE(Values(old, "Connection").empty()) << "close is HTTP/1.0's default";
-  http::response_header<> old_kept = ParseResponseHead(ClientResponseHead(from, 10, BodyFraming::kNone, true));
+  http::response_header<> old_kept = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, BodyFraming::kNone, true));
   EXPECT_EQ(Values(old_kept, "Connection"), std::vector<std::string>{"keep-alive"});
 }
 
