@@ -3,7 +3,9 @@
 #include "http/header_rewrite.h"
 
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/read.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
+#include <boost/beast/http/error.hpp>
 
 #include <array>
 #include <cstdio>
@@ -37,6 +39,36 @@ boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
     if (ec || used == 0) break;
   }
   return ec;
+}
+
+// What http::async_read_some does, without its composed operation (which, besides its own
+// machinery, posts its completion through the scheduler when the bytes were there already):
+// parses what the buffer holds and, while the parser needs more, reads from the socket. The
+// backend's EOF ends a body delimited by the close (put_eof); it cuts anything else short
+// (partial_message), and before a byte of the response it is end_of_stream. need_buffer: the
+// body buffer is full.
+io::Awaitable<boost::system::error_code> ReadSome(io::Socket& socket, beast::flat_buffer& buffer,
+                                                  ResponseParser& parser) {
+  // As Beast reads: what the buffer has room for, at least 512 and at most 64 KiB at a time.
+  constexpr size_t kReadSize = 64 * 1024;
+  boost::system::error_code ec;
+  for (;;) {
+    if (buffer.size() != 0) {
+      buffer.consume(parser.put(buffer.data(), ec));
+      if (ec != http::error::need_more) co_return ec;
+      ec = {};
+    }
+    const size_t size = beast::read_size(buffer, kReadSize);
+    if (size == 0) co_return http::error::buffer_overflow;
+    auto [rec, n] = co_await socket.async_read_some(buffer.prepare(size), kTuple);
+    buffer.commit(n);
+    if (rec == asio::error::eof) {
+      if (!parser.got_some()) co_return http::error::end_of_stream;
+      parser.put_eof(ec);
+      co_return ec;
+    }
+    if (rec) co_return rec;
+  }
 }
 
 // One gather write for the next hop: an optional head, then body bytes in the hop's framing
@@ -178,8 +210,8 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         response_parser->header_limit(kMaxUpstreamHeaderBytes);
         response_parser->body_limit(boost::none);
         if (request.head_request) response_parser->skip(true);
-        auto [hec, n] = co_await http::async_read_header(upstream->socket, upstream->buffer, *response_parser, kTuple);
-        ec = hec;
+        // (the parser stops at the end of the head: it is not eager)
+        ec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);
         if (ec) break;
         const unsigned status = response_parser->status();
         if (status / 100 != 1 || status == 101) break;
@@ -233,9 +265,7 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
       if (!rec && !response_parser->is_done() && response_parser->room() == relay_size_) {
         // Whatever arrives is relayed at once (read_some): a response that streams slowly
         // reaches the client as it comes, not when a relay buffer's worth has piled up.
-        auto [read_ec, rn] =
-            co_await http::async_read_some(upstream->socket, upstream->buffer, *response_parser, kTuple);
-        rec = read_ec;
+        rec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);
       }
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {
