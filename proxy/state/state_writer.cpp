@@ -2,6 +2,10 @@
 
 #include "common/log.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -9,6 +13,9 @@
 #include <vector>
 
 namespace fencing {
+
+// The writer sleeps on a std::atomic's word with the futex call itself.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
 
 StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, CompactionObserver observe_compaction)
     : store_(store),
@@ -20,11 +27,13 @@ StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, Compactio
 }
 
 StateWriter::~StateWriter() {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    wake = NeedsWakeLocked();
   }
-  cv_.notify_one();
+  if (wake) Wake();
   thread_.join();  // after it has handed over any compaction in flight
   if (compactor_.joinable()) compactor_.join();
 }
@@ -34,16 +43,30 @@ void StateWriter::Submit(std::string fence, uint64_t token, Done done) {
 }
 
 void StateWriter::Submit(FenceRecord record, Done done) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!exited_) {
       queue_.push_back(Pending{std::move(record), std::move(done)});
-      cv_.notify_one();
-      return;
+      wake = NeedsWakeLocked();
+      done = nullptr;
     }
   }
+  if (wake) Wake();
   // Only after the destructor has run its course (a caller bug): nobody else would answer.
   if (done) done(false);
+}
+
+bool StateWriter::NeedsWakeLocked() {
+  const bool asleep = sleeping_;
+  sleeping_ = false;
+  return asleep;
+}
+
+void StateWriter::Wake() {
+  // The writer read the word before it released mu_; any change makes its wait return.
+  wake_word_.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 bool StateWriter::failed() const {
@@ -97,7 +120,16 @@ void StateWriter::Run() {
     bool hand_over = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return job_done_ || !queue_.empty() || (stopping_ && !job_running_); });
+      while (!job_done_ && queue_.empty() && !(stopping_ && !job_running_)) {
+        // Asleep until a Submit, the compactor or the destructor changes the word (a return
+        // for any other reason only tests again).
+        const uint32_t seen = wake_word_.load(std::memory_order_acquire);
+        sleeping_ = true;
+        lock.unlock();
+        syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+        lock.lock();
+        sleeping_ = false;
+      }
       if (job_done_) {
         // Between two batches: the hand-over goes first, so it delays one batch at most.
         job_done_ = false;
@@ -162,9 +194,13 @@ void StateWriter::StartCompactionIfDue() {
   if (compactor_.joinable()) compactor_.join();  // the previous one, long finished
   compactor_ = std::thread([this, job = job_.get()] {
     StateStore::RunCompaction(*job);
-    std::lock_guard<std::mutex> lock(mu_);
-    job_done_ = true;
-    cv_.notify_one();
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_done_ = true;
+      wake = NeedsWakeLocked();
+    }
+    if (wake) Wake();
   });
 }
 

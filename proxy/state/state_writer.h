@@ -12,7 +12,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -56,6 +55,10 @@ class StateWriter {
   void CommitBatch(std::deque<Pending>& batch, bool failed);
   void StartCompactionIfDue();
   void FinishCompaction();
+  // With mu_ held, after changing what the writer waits for: whether it is asleep and must be
+  // woken (Wake, once mu_ is released). Only the first caller gets true.
+  bool NeedsWakeLocked();
+  void Wake();
 
   StateStore& store_;
   SyncObserver observe_sync_;
@@ -68,7 +71,12 @@ class StateWriter {
   std::chrono::steady_clock::time_point job_start_;
   std::thread compactor_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // The writer sleeps on this word (a futex) and a submitter wakes it only when sleeping_ says it
+  // sleeps, outside mu_. A condition variable would cost a futex call per submit beside the
+  // wake: glibc's pthread_cond_wait takes the mutex back as contended, so the writer's next
+  // unlock always enters the kernel.
+  std::atomic<uint32_t> wake_word_{0};
+  bool sleeping_ = false;  // the writer is about to wait on wake_word_ (guarded by mu_)
   std::deque<Pending> queue_;
   bool stopping_ = false;
   bool failed_ = false;
