@@ -85,8 +85,33 @@ double StateWriter::last_compaction_stall_seconds() const {
 // One batch as few records as replay needs (FORMAT.md "Appends"): a fence's max and floor is
 // a max over the whole batch; a key's max is a max only between two forgets of that key, so a
 // forget ends the key's stretch and a later raise of it gets a record after the forget.
-std::vector<FenceRecord> StateWriter::Collapse(const std::deque<Pending>& batch) {
-  std::vector<FenceRecord> records;
+void StateWriter::Collapse(const std::vector<Pending>& batch, std::vector<FenceRecord>& records) {
+  records.clear();
+  // A batch of a few records (one raise at a time, or a group commit of tens) is searched
+  // backwards, without the maps' allocations; the same rules either way: the latest record of
+  // the same fence max (or, for a key, of the same key) takes the max, unless that key's latest
+  // record is a forget.
+  constexpr size_t kLinearLimit = 64;
+  if (batch.size() <= kLinearLimit) {
+    for (const auto& p : batch) {
+      const FenceRecord& r = p.record;
+      FenceRecord* same = nullptr;
+      if (r.kind != FenceRecord::Kind::kForgetKey) {
+        for (size_t i = records.size(); i-- > 0;) {
+          FenceRecord& q = records[i];
+          if (q.fence != r.fence || q.key != r.key) continue;
+          if (q.kind != FenceRecord::Kind::kForgetKey) same = &q;
+          break;
+        }
+      }
+      if (same == nullptr) {
+        records.push_back(r);
+      } else {
+        same->token = std::max(same->token, r.token);
+      }
+    }
+    return;
+  }
   std::map<std::string, size_t, std::less<>> fence_at;                 // fence -> its SET_MAX
   std::map<std::pair<std::string, std::string>, size_t> key_at;        // (fence, key) -> its KEY_MAX
   for (const auto& p : batch) {
@@ -110,12 +135,10 @@ std::vector<FenceRecord> StateWriter::Collapse(const std::deque<Pending>& batch)
       records[*at].token = std::max(records[*at].token, r.token);
     }
   }
-  return records;
 }
 
 void StateWriter::Run() {
   for (;;) {
-    std::deque<Pending> batch;
     bool failed;
     bool hand_over = false;
     {
@@ -139,7 +162,7 @@ void StateWriter::Run() {
         exited_ = true;
         return;
       } else {
-        batch.swap(queue_);
+        batch_.swap(queue_);
         failed = failed_;
       }
     }
@@ -147,14 +170,16 @@ void StateWriter::Run() {
       FinishCompaction();
       continue;
     }
-    CommitBatch(batch, failed);
+    CommitBatch(failed);
   }
 }
 
-void StateWriter::CommitBatch(std::deque<Pending>& batch, bool failed) {
+void StateWriter::CommitBatch(bool failed) {
+  std::vector<Pending>& batch = batch_;
   bool ok = false;
   if (!failed) {
-    const std::vector<FenceRecord> records = Collapse(batch);
+    Collapse(batch, records_);
+    const std::vector<FenceRecord>& records = records_;
     const auto start = std::chrono::steady_clock::now();
     Status status = store_.AppendAndSync(records);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -172,6 +197,7 @@ void StateWriter::CommitBatch(std::deque<Pending>& batch, bool failed) {
   for (Pending& p : batch) {
     if (p.done) p.done(ok);
   }
+  batch.clear();
   // Only after a good sync, and after answering: compaction never delays an acknowledgement.
   if (ok) StartCompactionIfDue();
 }

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <memory>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -50,9 +49,10 @@ class StateWriter {
     FenceRecord record;
     Done done;
   };
-  static std::vector<FenceRecord> Collapse(const std::deque<Pending>& batch);
+  // Into records (cleared first).
+  static void Collapse(const std::vector<Pending>& batch, std::vector<FenceRecord>& records);
   void Run();
-  void CommitBatch(std::deque<Pending>& batch, bool failed);
+  void CommitBatch(bool failed);  // batch_
   void StartCompactionIfDue();
   void FinishCompaction();
   // With mu_ held, after changing what the writer waits for: whether it is asleep and must be
@@ -77,7 +77,11 @@ class StateWriter {
   // unlock always enters the kernel.
   std::atomic<uint32_t> wake_word_{0};
   bool sleeping_ = false;  // the writer is about to wait on wake_word_ (guarded by mu_)
-  std::deque<Pending> queue_;
+  std::vector<Pending> queue_;
+  // The writer thread's: the batch being committed and its records, kept for their capacity (a
+  // batch swapped out of queue_ leaves an empty vector that allocates nothing until used).
+  std::vector<Pending> batch_;
+  std::vector<FenceRecord> records_;
   bool stopping_ = false;
   bool failed_ = false;
   bool exited_ = false;  // Run() has returned: a late Submit is answered by the caller's thread
