@@ -5,7 +5,8 @@
 #            FP_ASAN_WITH_FUZZ=1 also the libFuzzer targets (clang)
 #   thread   TSan build in build-tsan: the concurrency tests (fence_test and fence_keys_test;
 #            state_test, state_compaction_test, state_fault_test and state_keys_test, which drive
-#            the StateWriter and compactor threads; zookeeper_client_test, the ZooKeeper client's
+#            the StateWriter and compactor threads; raise_wait_test, raise resolutions handed to
+#            the workers' threads; zookeeper_client_test, the ZooKeeper client's
 #            completion, timer and caller threads; etcd_fence_store_test, the shared fence store's
 #            thread against the fences' callers; integration test_order.py)
 # Usage: scripts/test-sanitizers.sh [address] [thread]   (default: both, in that order)
@@ -144,7 +145,7 @@ for mode in "${modes[@]}"; do
       dir=$build_root/build-tsan
       configure "$dir" thread
       tsan_tests=(fence_test fence_keys_test state_test state_compaction_test state_fault_test state_keys_test
-                  zookeeper_client_test etcd_fence_store_test)
+                  raise_wait_test zookeeper_client_test etcd_fence_store_test)
       cmake --build "$dir" -j"$jobs" --target fencing-proxy "${tsan_tests[@]}"
       built=$SECONDS
       # The gtest binaries run whole (one process each is faster than one per test case).

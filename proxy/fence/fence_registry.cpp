@@ -130,7 +130,8 @@ void FenceRegistry::OnResult(PersistResult result, const std::string& what) {
 
 void FenceRegistry::Persist(Fence& fence, uint64_t token) {
   store_.Persist(FenceRecord(fence.name(), token), [this, &fence, token](PersistResult result) {
-    OnResult(result, "a raise (fence " + fence.name() + ")");
+    // The description only when it is needed: a raise that went well allocates no string.
+    if (result == PersistResult::kFailed) OnResult(result, "a raise (fence " + fence.name() + ")");
     fence.OnPersisted(token, result);
   });
 }

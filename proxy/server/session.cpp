@@ -5,6 +5,7 @@
 #include "http/header_rewrite.h"
 #include "http/raw_head.h"
 #include "lockservice/raise_verifier.h"
+#include "server/raise_wait.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -45,33 +46,6 @@ BodyDecoder DecoderFor(const RequestHead& head, uint64_t max_body_bytes) {
   if (head.chunked()) return BodyDecoder::Chunked(max_body_bytes);
   return BodyDecoder();
 }
-
-// A request waiting on a pending raise. The fence resolves it from any thread; the resolution
-// is posted to the session's thread, where it wakes the waiting coroutine through the timer.
-class RaiseWait final : public RaiseWaiter, public std::enable_shared_from_this<RaiseWait> {
- public:
-  explicit RaiseWait(io::Executor executor) : timer_(std::move(executor)) {}
-
-  void Resolve(Admission admission, uint64_t max_token) override {
-    asio::post(timer_.get_executor(), [self = shared_from_this(), admission, max_token] {
-      self->resolved_ = true;
-      self->admission_ = admission;
-      self->max_token_ = max_token;
-      self->timer_.cancel();
-    });
-  }
-
-  io::Timer& timer() { return timer_; }
-  bool resolved() const { return resolved_; }
-  Admission admission() const { return admission_; }
-  uint64_t max_token() const { return max_token_; }
-
- private:
-  io::Timer timer_;
-  bool resolved_ = false;
-  Admission admission_ = Admission::kFailed;
-  uint64_t max_token_ = 0;
-};
 
 // Plain heap allocation for a long-lived operation (a distinct type: Asio recycles its blocks
 // for handlers whose allocator is std::allocator).
@@ -454,13 +428,15 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
 
 io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
                                                uint64_t* max_token, std::chrono::milliseconds deadline) {
-  auto wait = std::make_shared<RaiseWait>(socket_.get_executor());
+  auto wait = std::make_shared<RaiseWait>(socket_.get_executor(), worker_.raise_inbox());
   AdmitResult result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
 
-  wait->timer().expires_after(deadline);
-  for (;;) {
+  // Resolved already if the raise was settled on this thread while Admit ran (a persister
+  // that answers at once): a waiter resolved on its own thread is resolved in place.
+  if (!wait->resolved()) wait->timer().expires_after(deadline);
+  while (!wait->resolved()) {
     co_await wait->timer().async_wait(kTuple);
     if (wait->resolved()) break;
     if (fence.Abandon(*wait)) {

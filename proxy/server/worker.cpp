@@ -56,12 +56,14 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
       ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
   acceptor_.emplace(ioc_->get_executor());
+  raise_inbox_.emplace(*ioc_);
 }
 
 Worker::~Worker() {
   Stop();
   pool_.reset();
   acceptor_.reset();
+  raise_inbox_.reset();  // undelivered resolutions hold timers of the io_context
   ioc_.reset();  // destroys suspended sessions, which unregister from sessions_
 }
 

@@ -7,6 +7,7 @@
 #include "common/access_log.h"
 #include "common/io.h"
 #include "common/status.h"
+#include "server/raise_wait.h"
 #include "server/runtime.h"
 #include "upstream/upstream_pool.h"
 
@@ -99,6 +100,7 @@ class Worker {
   boost::asio::io_context& io() { return *ioc_; }
   UpstreamPool& pool() { return *pool_; }
   RelayBuffers& relay_buffers() { return relay_buffers_; }
+  RaiseInbox& raise_inbox() { return *raise_inbox_; }
   ServerShared& shared() { return shared_; }
   // The current config, as seen by this worker (only touched on its thread).
   const std::shared_ptr<const Runtime>& runtime() const { return runtime_; }
@@ -133,6 +135,7 @@ class Worker {
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
+  std::optional<RaiseInbox> raise_inbox_;  // resolutions of this worker's raise waits
   std::optional<io::Acceptor> acceptor_;
   std::thread thread_;
 };

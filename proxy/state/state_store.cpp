@@ -234,7 +234,11 @@ Status StateStore::AppendAndSync(const std::vector<FenceRecord>& records) {
   if (read_only_) return Status::Error(path_ + ": state file is open read-only");
   if (records.empty()) return Status::Ok();
 
-  std::string buffer;
+  // Kept between calls for its capacity (one allocation per raise less), unless a large batch
+  // grew it.
+  std::string& buffer = append_buffer_;
+  if (buffer.capacity() > kKeepAppendBuffer) std::string().swap(buffer);
+  buffer.clear();
   buffer.reserve(records.size() * kMaxRecordSize);
   for (const FenceRecord& record : records) {
     // A caller bug, caught before the disk is touched: not a reason to fail the store.

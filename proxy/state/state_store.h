@@ -164,6 +164,8 @@ class StateStore {
   uint64_t sync_count_ = 0;
   uint64_t compaction_count_ = 0;
   uint64_t file_bytes_ = 0;
+  static constexpr size_t kKeepAppendBuffer = 64 * 1024;
+  std::string append_buffer_;  // AppendAndSync's, reused
   uint64_t fence_snapshot_bytes_ = 0;
   uint64_t key_snapshot_bytes_ = 0;
   bool compaction_in_flight_ = false;

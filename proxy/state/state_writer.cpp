@@ -2,6 +2,10 @@
 
 #include "common/log.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -9,6 +13,9 @@
 #include <vector>
 
 namespace fencing {
+
+// The writer sleeps on a std::atomic's word with the futex call itself.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
 
 StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, CompactionObserver observe_compaction)
     : store_(store),
@@ -20,11 +27,13 @@ StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, Compactio
 }
 
 StateWriter::~StateWriter() {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    wake = NeedsWakeLocked();
   }
-  cv_.notify_one();
+  if (wake) Wake();
   thread_.join();  // after it has handed over any compaction in flight
   if (compactor_.joinable()) compactor_.join();
 }
@@ -34,16 +43,30 @@ void StateWriter::Submit(std::string fence, uint64_t token, Done done) {
 }
 
 void StateWriter::Submit(FenceRecord record, Done done) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!exited_) {
       queue_.push_back(Pending{std::move(record), std::move(done)});
-      cv_.notify_one();
-      return;
+      wake = NeedsWakeLocked();
+      done = nullptr;
     }
   }
+  if (wake) Wake();
   // Only after the destructor has run its course (a caller bug): nobody else would answer.
   if (done) done(false);
+}
+
+bool StateWriter::NeedsWakeLocked() {
+  const bool asleep = sleeping_;
+  sleeping_ = false;
+  return asleep;
+}
+
+void StateWriter::Wake() {
+  // The writer read the word before it released mu_; any change makes its wait return.
+  wake_word_.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 bool StateWriter::failed() const {
@@ -62,8 +85,33 @@ double StateWriter::last_compaction_stall_seconds() const {
 // One batch as few records as replay needs (FORMAT.md "Appends"): a fence's max and floor is
 // a max over the whole batch; a key's max is a max only between two forgets of that key, so a
 // forget ends the key's stretch and a later raise of it gets a record after the forget.
-std::vector<FenceRecord> StateWriter::Collapse(const std::deque<Pending>& batch) {
-  std::vector<FenceRecord> records;
+void StateWriter::Collapse(const std::vector<Pending>& batch, std::vector<FenceRecord>& records) {
+  records.clear();
+  // A batch of a few records (one raise at a time, or a group commit of tens) is searched
+  // backwards, without the maps' allocations; the same rules either way: the latest record of
+  // the same fence max (or, for a key, of the same key) takes the max, unless that key's latest
+  // record is a forget.
+  constexpr size_t kLinearLimit = 64;
+  if (batch.size() <= kLinearLimit) {
+    for (const auto& p : batch) {
+      const FenceRecord& r = p.record;
+      FenceRecord* same = nullptr;
+      if (r.kind != FenceRecord::Kind::kForgetKey) {
+        for (size_t i = records.size(); i-- > 0;) {
+          FenceRecord& q = records[i];
+          if (q.fence != r.fence || q.key != r.key) continue;
+          if (q.kind != FenceRecord::Kind::kForgetKey) same = &q;
+          break;
+        }
+      }
+      if (same == nullptr) {
+        records.push_back(r);
+      } else {
+        same->token = std::max(same->token, r.token);
+      }
+    }
+    return;
+  }
   std::map<std::string, size_t, std::less<>> fence_at;                 // fence -> its SET_MAX
   std::map<std::pair<std::string, std::string>, size_t> key_at;        // (fence, key) -> its KEY_MAX
   for (const auto& p : batch) {
@@ -87,17 +135,24 @@ std::vector<FenceRecord> StateWriter::Collapse(const std::deque<Pending>& batch)
       records[*at].token = std::max(records[*at].token, r.token);
     }
   }
-  return records;
 }
 
 void StateWriter::Run() {
   for (;;) {
-    std::deque<Pending> batch;
     bool failed;
     bool hand_over = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return job_done_ || !queue_.empty() || (stopping_ && !job_running_); });
+      while (!job_done_ && queue_.empty() && !(stopping_ && !job_running_)) {
+        // Asleep until a Submit, the compactor or the destructor changes the word (a return
+        // for any other reason only tests again).
+        const uint32_t seen = wake_word_.load(std::memory_order_acquire);
+        sleeping_ = true;
+        lock.unlock();
+        syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+        lock.lock();
+        sleeping_ = false;
+      }
       if (job_done_) {
         // Between two batches: the hand-over goes first, so it delays one batch at most.
         job_done_ = false;
@@ -107,7 +162,7 @@ void StateWriter::Run() {
         exited_ = true;
         return;
       } else {
-        batch.swap(queue_);
+        batch_.swap(queue_);
         failed = failed_;
       }
     }
@@ -115,14 +170,16 @@ void StateWriter::Run() {
       FinishCompaction();
       continue;
     }
-    CommitBatch(batch, failed);
+    CommitBatch(failed);
   }
 }
 
-void StateWriter::CommitBatch(std::deque<Pending>& batch, bool failed) {
+void StateWriter::CommitBatch(bool failed) {
+  std::vector<Pending>& batch = batch_;
   bool ok = false;
   if (!failed) {
-    const std::vector<FenceRecord> records = Collapse(batch);
+    Collapse(batch, records_);
+    const std::vector<FenceRecord>& records = records_;
     const auto start = std::chrono::steady_clock::now();
     Status status = store_.AppendAndSync(records);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -140,6 +197,7 @@ void StateWriter::CommitBatch(std::deque<Pending>& batch, bool failed) {
   for (Pending& p : batch) {
     if (p.done) p.done(ok);
   }
+  batch.clear();
   // Only after a good sync, and after answering: compaction never delays an acknowledgement.
   if (ok) StartCompactionIfDue();
 }
@@ -162,9 +220,13 @@ void StateWriter::StartCompactionIfDue() {
   if (compactor_.joinable()) compactor_.join();  // the previous one, long finished
   compactor_ = std::thread([this, job = job_.get()] {
     StateStore::RunCompaction(*job);
-    std::lock_guard<std::mutex> lock(mu_);
-    job_done_ = true;
-    cv_.notify_one();
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_done_ = true;
+      wake = NeedsWakeLocked();
+    }
+    if (wake) Wake();
   });
 }
 

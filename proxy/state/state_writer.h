@@ -12,9 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -51,11 +49,16 @@ class StateWriter {
     FenceRecord record;
     Done done;
   };
-  static std::vector<FenceRecord> Collapse(const std::deque<Pending>& batch);
+  // Into records (cleared first).
+  static void Collapse(const std::vector<Pending>& batch, std::vector<FenceRecord>& records);
   void Run();
-  void CommitBatch(std::deque<Pending>& batch, bool failed);
+  void CommitBatch(bool failed);  // batch_
   void StartCompactionIfDue();
   void FinishCompaction();
+  // With mu_ held, after changing what the writer waits for: whether it is asleep and must be
+  // woken (Wake, once mu_ is released). Only the first caller gets true.
+  bool NeedsWakeLocked();
+  void Wake();
 
   StateStore& store_;
   SyncObserver observe_sync_;
@@ -68,8 +71,17 @@ class StateWriter {
   std::chrono::steady_clock::time_point job_start_;
   std::thread compactor_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;
+  // The writer sleeps on this word (a futex) and a submitter wakes it only when sleeping_ says it
+  // sleeps, outside mu_. A condition variable would cost a futex call per submit beside the
+  // wake: glibc's pthread_cond_wait takes the mutex back as contended, so the writer's next
+  // unlock always enters the kernel.
+  std::atomic<uint32_t> wake_word_{0};
+  bool sleeping_ = false;  // the writer is about to wait on wake_word_ (guarded by mu_)
+  std::vector<Pending> queue_;
+  // The writer thread's: the batch being committed and its records, kept for their capacity (a
+  // batch swapped out of queue_ leaves an empty vector that allocates nothing until used).
+  std::vector<Pending> batch_;
+  std::vector<FenceRecord> records_;
   bool stopping_ = false;
   bool failed_ = false;
   bool exited_ = false;  // Run() has returned: a late Submit is answered by the caller's thread

@@ -642,49 +642,60 @@ TEST_F(StateKeysTest, WriterSurvivesAFailedBackgroundSnapshot) {
 }
 
 // Records submitted while the writer is busy form one batch; the batch is collapsed per key,
-// but never across a forget of that key.
+// but never across a forget of that key. Both ways the writer collapses: a small batch (searched
+// backwards) and one past 64 records (with maps), padded with raises of other keys.
 TEST_F(StateKeysTest, WriterCollapsesABatchPerKeyButNotAcrossAForget) {
   FailingFileOps ops;
   auto store = MustOpen(&ops);
   ASSERT_TRUE(store);
-  std::promise<void> reached;
-  std::promise<void> release;
-  std::atomic<bool> armed{true};
-  ops.SetHook([&](FileOp op) {
-    if (op == FileOp::kFdatasync && armed.exchange(false)) {
-      reached.set_value();
-      release.get_future().wait();
+  for (const auto& [fence, padding] : {std::pair<std::string, int>{"objects", 0}, {"bulk", 100}}) {
+    SCOPED_TRACE(fence);
+    std::promise<void> reached;
+    std::promise<void> release;
+    std::atomic<bool> armed{true};
+    ops.SetHook([&](FileOp op) {
+      if (op == FileOp::kFdatasync && armed.exchange(false)) {
+        reached.set_value();
+        release.get_future().wait();
+      }
+    });
+    std::atomic<int> answered{0};
+    const uint64_t bytes_before = fs::file_size(path_);
+    uint64_t padding_bytes = 0;
+    {
+      StateWriter writer(*store, nullptr);
+      auto count = [&](bool ok) {
+        EXPECT_TRUE(ok);
+        ++answered;
+      };
+      writer.Submit(Key(fence, "first", 1), count);  // its sync is held
+      reached.get_future().wait();
+      for (int i = 0; i < padding; ++i) {
+        const std::string key = "pad-" + std::to_string(i);
+        writer.Submit(Key(fence, key, 1), count);
+        padding_bytes += EncodedKeyRecordSize(fence, key);
+      }
+      writer.Submit(Key(fence, "k", 5), count);
+      writer.Submit(Key(fence, "k", 10), count);
+      writer.Submit(FenceRecord{fence, 3}, count);
+      writer.Submit(Forget(fence, "k", 10), count);
+      writer.Submit(Key(fence, "k", 4), count);   // after the forget: must stay after it
+      writer.Submit(Key(fence, "k", 6), count);
+      writer.Submit(FenceRecord{fence, 2}, count);  // merges with the fence's 3
+      writer.Submit(Key(fence, "j", 1), count);
+      release.set_value();
     }
-  });
-  std::atomic<int> answered{0};
-  const uint64_t bytes_before = fs::file_size(path_);
-  {
-    StateWriter writer(*store, nullptr);
-    auto count = [&](bool ok) {
-      EXPECT_TRUE(ok);
-      ++answered;
-    };
-    writer.Submit(Key("objects", "first", 1), count);  // its sync is held
-    reached.get_future().wait();
-    writer.Submit(Key("objects", "k", 5), count);
-    writer.Submit(Key("objects", "k", 10), count);
-    writer.Submit(FenceRecord{"objects", 3}, count);
-    writer.Submit(Forget("objects", "k", 10), count);
-    writer.Submit(Key("objects", "k", 4), count);   // after the forget: must stay after it
-    writer.Submit(Key("objects", "k", 6), count);
-    writer.Submit(FenceRecord{"objects", 2}, count);  // merges with the fence's 3
-    writer.Submit(Key("objects", "j", 1), count);
-    release.set_value();
+    ops.SetHook(nullptr);
+    EXPECT_EQ(answered.load(), 9 + padding);
+    const State s = Read();
+    EXPECT_EQ(s.fences.at(fence), 10u);
+    EXPECT_EQ(s.keys.at(fence).at("k"), 6u);
+    EXPECT_EQ(s.keys.at(fence).at("j"), 1u);
+    // first; then k 10, objects 3, forget k, k 6, j 1: five records for the eight raises.
+    const uint64_t expected = EncodedKeyRecordSize(fence, "first") + 3 * EncodedKeyRecordSize(fence, "k") +
+                              EncodedRecordSize(fence) + EncodedKeyRecordSize(fence, "j") + padding_bytes;
+    EXPECT_EQ(fs::file_size(path_) - bytes_before, expected);
   }
-  EXPECT_EQ(answered.load(), 9);
-  const State s = Read();
-  EXPECT_EQ(s.fences.at("objects"), 10u);
-  EXPECT_EQ(s.keys.at("objects").at("k"), 6u);
-  EXPECT_EQ(s.keys.at("objects").at("j"), 1u);
-  // first; then k 10, objects 3, forget k, k 6, j 1: five records for the eight raises.
-  const uint64_t expected = EncodedKeyRecordSize("objects", "first") + 3 * EncodedKeyRecordSize("objects", "k") +
-                            EncodedRecordSize("objects") + EncodedKeyRecordSize("objects", "j");
-  EXPECT_EQ(fs::file_size(path_) - bytes_before, expected);
 }
 
 // ---------------------------------------------------------------- amortised cost
