@@ -33,6 +33,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# Without it, the proxy re-executes itself to set it (ApplyAllocatorSettings in
+# proxy/common/memory.h), and valgrind does not follow an exec: the process measured would be
+# valgrind's, not the proxy's. callgrind_paths.py imports this module, so it holds there too.
+os.environ.setdefault("TCMALLOC_TRANSFER_NUM_OBJ", "4")
 from run import (BenchError, Supervisor, children, find_tool, free_ports, http_get,  # noqa: E402
                  http_put, log, render, REPO)
 

@@ -232,6 +232,7 @@ int RunProxy(const std::string& config_path) {
 
 int main(int argc, char** argv) {
   using namespace fencing;
+  ApplyAllocatorSettings(argv);  // may re-execute the binary with the allocator's setting
   CLI::App app{"fencing-proxy: stops stale writes to a backend that cannot check fencing tokens"};
   app.require_subcommand(0, 1);
 

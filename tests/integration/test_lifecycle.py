@@ -9,6 +9,18 @@ import time
 from harness import ProxyTestCase, metric, to_yaml, wait_for
 
 ROUTES_ENFORCE = [{"name": "orders", "prefix": "/orders"}]
+TRANSFER_VAR = "TCMALLOC_TRANSFER_NUM_OBJ"  # common/memory.h: ApplyAllocatorSettings
+
+
+def environ_of(pid):
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        pairs = [item.partition(b"=") for item in f.read().split(b"\0") if item]
+    return {k.decode(): v.decode() for k, _, v in pairs}
+
+
+def maps_tcmalloc(pid):
+    with open("/proc/%d/maps" % pid, encoding="utf-8") as f:
+        return "libtcmalloc" in f.read()
 ROUTES_OBSERVE = [{"name": "orders", "prefix": "/orders", "mode": "observe"}]
 
 
@@ -38,6 +50,24 @@ class LifecycleTest(ProxyTestCase):
         samples = proxy.metrics()
         return (metric(samples, "fencing_proxy_config_last_reload_successful"),
                 metric(samples, "fencing_proxy_config_reloads_total", result="failure") or 0)
+
+    def test_the_allocator_setting_is_applied_unless_the_operator_chose_one(self):
+        """With tcmalloc linked, the binary re-executes itself once with TCMALLOC_TRANSFER_NUM_OBJ=4
+        (same PID, still serving); a value the operator set is kept as it is."""
+        saved = os.environ.pop(TRANSFER_VAR, None)
+        try:
+            proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
+            if proxy.wrapper or not maps_tcmalloc(proxy.proc.pid):
+                self.skipTest("this build does not link tcmalloc (sanitizer builds) or runs under a wrapper")
+            self.assertEqual(environ_of(proxy.proc.pid).get(TRANSFER_VAR), "4",
+                             "the process the proxy runs as was started with the setting")
+            self.assertEqual(self.stale_status(proxy), 409, "the re-executed proxy serves and fences")
+            chosen = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend, env={TRANSFER_VAR: "16"})
+            self.assertEqual(environ_of(chosen.proc.pid).get(TRANSFER_VAR), "16", "the operator's value is kept")
+            self.assertEqual(self.stale_status(chosen), 409)
+        finally:
+            if saved is not None:
+                os.environ[TRANSFER_VAR] = saved
 
     def test_sighup_applies_a_valid_file_and_keeps_the_fence(self):
         proxy = self.start_proxy({"routes": ROUTES_ENFORCE}, self.backend)
