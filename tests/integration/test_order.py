@@ -95,6 +95,10 @@ class OrderTest(ProxyTestCase):
         t10.start()
         # Token 10 is raised and then held in flight at the backend for 1.5s.
         wait_fence(proxy, lambda f: f.get("max_token") == 10 and in_flight(f) == 1, 0.4)
+        # In flight at the fence counts from the admission, before the request has reached the
+        # backend; on a loaded machine 11 could be sent before it has. The backend holds 10 for
+        # 1.5 s: a moment more puts 10 there first (the setup check below says so if not).
+        time.sleep(0.2)
         t11 = threading.Thread(target=put, args=("11", 11, 0), daemon=True)
         t11.start()
         # Token 11 becomes the pending raise, waiting for 10 to finish.
