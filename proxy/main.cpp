@@ -232,7 +232,6 @@ int RunProxy(const std::string& config_path) {
 
 int main(int argc, char** argv) {
   using namespace fencing;
-  ApplyAllocatorSettings(argv);  // may re-execute the binary with the allocator's setting
   CLI::App app{"fencing-proxy: stops stale writes to a backend that cannot check fencing tokens"};
   app.require_subcommand(0, 1);
 
@@ -293,5 +292,8 @@ int main(int argc, char** argv) {
     std::cerr << "fencing-proxy: --config FILE (or FENCING_PROXY_CONFIG) is required\n" << app.help();
     return 2;
   }
-  return check ? RunCheck(config_path) : RunProxy(config_path);
+  if (check) return RunCheck(config_path);
+  // Only the long-running proxy needs it (the offline commands exit at once).
+  ApplyAllocatorSettings(argv);  // may re-execute the binary with the allocator's setting
+  return RunProxy(config_path);
 }

@@ -17,7 +17,7 @@ void ReleaseFreeMemory();
 // with (/proc/self/environ), before main, so when tcmalloc is linked and the operator has not set
 // kTransferNumObjVar, this sets it and re-executes the binary (same PID, same arguments). It
 // returns when nothing was to be done, or when the re-exec failed (the proxy then runs with
-// tcmalloc's default). Call it first in main, before any thread starts.
+// tcmalloc's default). Call it before the proxy starts any thread.
 inline constexpr const char* kTransferNumObjVar = "TCMALLOC_TRANSFER_NUM_OBJ";
 inline constexpr const char* kTransferNumObj = "4";
 void ApplyAllocatorSettings(char** argv);

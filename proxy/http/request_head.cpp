@@ -1,38 +1,17 @@
 #include "http/request_head.h"
 
 #include "http/ascii.h"
+#include "http/rules.h"
 
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 
 #include <algorithm>
-#include <cstring>
-#include <limits>
 
 namespace fencing {
 
 namespace http = boost::beast::http;
 using boost::system::error_code;
-
-namespace {
-
-bool IsOws(char c) { return c == ' ' || c == '\t'; }
-
-// Beast's parse_dec: all digits, no more than 2^64-1.
-bool ParseDecimal(std::string_view text, uint64_t* out) {
-  if (text.empty()) return false;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  *out = value;
-  return true;
-}
-
-}  // namespace
 
 bool RequestHead::keep_alive() const {
   if (version_ >= 11) return !connection_close_;
@@ -71,7 +50,7 @@ error_code RequestHead::Take(http::field id, std::string_view value) {
       if (list.begin() == list.end() || !http::validate_list(list)) return http::error::bad_content_length;
       for (std::string_view token : list) {
         uint64_t length = 0;
-        if (!ParseDecimal(token, &length)) return http::error::bad_content_length;
+        if (!ParseDecimalU64(token, &length)) return http::error::bad_content_length;  // as Beast's parse_dec
         --unread;
         if (content_length_ && *content_length_ != length) return http::error::multiple_content_length;
         content_length_ = length;
@@ -127,12 +106,8 @@ error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
     if (end == at) break;  // the empty line
     const size_t colon = text.find(':', at);
     if (colon == std::string_view::npos || colon >= end || colon == at) return http::error::bad_field;
-    size_t value_begin = colon + 1;
-    size_t value_end = end;
-    while (value_begin < value_end && IsOws(text[value_begin])) ++value_begin;
-    while (value_end > value_begin && IsOws(text[value_end - 1])) --value_end;
     const std::string_view name = text.substr(at, colon - at);
-    const std::string_view value = text.substr(value_begin, value_end - value_begin);
+    const std::string_view value = TrimOws(text.substr(colon + 1, end - colon - 1));
     const http::field id = http::string_to_field(name);
     if (error_code ec = Take(id, value)) return ec;
     fields_.AddKept(id, fields_.SpanOf(name), fields_.SpanOf(value));

@@ -30,7 +30,6 @@ namespace fencing {
 
 class RequestHead {
  public:
-  using Field = HeadFields::Field;
   using Iterator = HeadFields::Iterator;
 
   // An empty HTTP/1.1 head (method unknown, target empty, no fields) to be filled in by the
@@ -54,7 +53,6 @@ class RequestHead {
   bool keep_alive() const;
 
   // The fields, in order, duplicates apart.
-  const HeadFields& fields() const { return fields_; }
   Iterator begin() const { return fields_.begin(); }
   Iterator end() const { return fields_.end(); }
   size_t size() const { return fields_.size(); }

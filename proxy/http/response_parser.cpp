@@ -18,8 +18,7 @@ constexpr size_t kTextReserve = 512;
 }  // namespace
 
 void ResponseParser::on_response_impl(int code, BeastView reason, int version, boost::system::error_code&) {
-  fields_.Clear();
-  fields_.Reserve(kTextReserve);
+  fields_.Reserve(kTextReserve);  // (a parser reads one message)
   status_ = static_cast<unsigned>(code);
   version_ = static_cast<unsigned>(version);
   reason_ = fields_.Keep(reason);
