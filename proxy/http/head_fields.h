@@ -58,6 +58,8 @@ class HeadFields {
 
   // Adds a field whose name and value are in the text already.
   void AddKept(boost::beast::http::field id, Span name, Span value) { fields_.push_back(Spans{id, name, value}); }
+  // Points field i's value at another span of the text.
+  void SetValue(size_t i, Span value) { fields_[i].value = value; }
   // Adds a field, copying its name and value into the text.
   void Add(boost::beast::http::field id, std::string_view name, std::string_view value);
   // Removes every field with this id.

@@ -1,22 +1,14 @@
 #include "http/request_head.h"
 
-#include "http/ascii.h"
 #include "http/rules.h"
 
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/rfc7230.hpp>
 
-#include <algorithm>
 
 namespace fencing {
 
 namespace http = boost::beast::http;
 using boost::system::error_code;
-
-bool RequestHead::keep_alive() const {
-  if (version_ >= 11) return !connection_close_;
-  return connection_keep_alive_;
-}
 
 void RequestHead::method(http::verb verb) {
   method_ = verb;
@@ -28,54 +20,9 @@ void RequestHead::method_string(std::string_view method) {
   method_at_ = fields_.Keep(method);
 }
 
-// What Beast's parser makes of the fields that frame the message or the connection (its
-// basic_parser::do_field), with the same error for the same fault.
-error_code RequestHead::Take(http::field id, std::string_view value) {
-  switch (id) {
-    case http::field::connection:
-    case http::field::proxy_connection: {
-      const http::opt_token_list list{value};
-      if (!http::validate_list(list)) return http::error::bad_value;
-      for (std::string_view token : list) {
-        if (EqualsIgnoreCase(token, "close")) connection_close_ = true;
-        if (EqualsIgnoreCase(token, "keep-alive")) connection_keep_alive_ = true;
-      }
-      return {};
-    }
-    case http::field::content_length: {
-      if (chunked_) return http::error::bad_content_length;
-      // A list of equal numbers ("5, 5") is one length; every element must be a number.
-      size_t unread = 1 + static_cast<size_t>(std::count(value.begin(), value.end(), ','));
-      const http::opt_token_list list{value};
-      if (list.begin() == list.end() || !http::validate_list(list)) return http::error::bad_content_length;
-      for (std::string_view token : list) {
-        uint64_t length = 0;
-        if (!ParseDecimalU64(token, &length)) return http::error::bad_content_length;  // as Beast's parse_dec
-        --unread;
-        if (content_length_ && *content_length_ != length) return http::error::multiple_content_length;
-        content_length_ = length;
-      }
-      if (unread != 0) return http::error::bad_content_length;
-      return {};
-    }
-    case http::field::transfer_encoding: {
-      if (chunked_ || content_length_) return http::error::bad_transfer_encoding;
-      // Chunked when the first "chunked" coding is the last one.
-      const http::token_list codings{value};
-      auto it = std::find_if(codings.begin(), codings.end(),
-                             [](std::string_view coding) { return EqualsIgnoreCase(coding, "chunked"); });
-      if (it != codings.end() && std::next(it) == codings.end()) chunked_ = true;
-      return {};
-    }
-    default:
-      return {};
-  }
-}
-
 error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
   fields_.Clear();
-  content_length_.reset();
-  chunked_ = connection_close_ = connection_keep_alive_ = false;
+  framing_ = FramingFields{};
 
   // The request line: CheckRawHead let through exactly two spaces and no control byte.
   const std::string_view text = fields_.Text(fields_.Keep(head));
@@ -109,12 +56,12 @@ error_code RequestHead::Parse(std::string_view head, uint64_t max_body) {
     const std::string_view name = text.substr(at, colon - at);
     const std::string_view value = TrimOws(text.substr(colon + 1, end - colon - 1));
     const http::field id = http::string_to_field(name);
-    if (error_code ec = Take(id, value)) return ec;
+    if (error_code ec = framing_.Take(id, value)) return ec;
     fields_.AddKept(id, fields_.SpanOf(name), fields_.SpanOf(value));
     at = end + 2;
   }
   if (at + 2 != text.size()) return http::error::partial_message;  // bytes after the head's end
-  if (content_length_ && *content_length_ > max_body) return http::error::body_limit;
+  if (framing_.content_length && *framing_.content_length > max_body) return http::error::body_limit;
   return {};
 }
 

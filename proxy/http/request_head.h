@@ -15,6 +15,7 @@
 // A head is read once and kept whole for the request (targets, keys and the upstream head are
 // views into it), so it owns a copy of its bytes: the client buffer moves as the body is read.
 
+#include "http/framing_fields.h"
 #include "http/head_fields.h"
 
 #include <boost/beast/http/field.hpp>
@@ -47,10 +48,10 @@ class RequestHead {
   unsigned version() const { return version_; }  // 10 or 11
 
   // The framing the fields announce, as Beast's parser reports it.
-  std::optional<uint64_t> content_length() const { return content_length_; }
-  bool chunked() const { return chunked_; }
+  std::optional<uint64_t> content_length() const { return framing_.content_length; }
+  bool chunked() const { return framing_.chunked; }
   // HTTP/1.1 without "close" in Connection, or HTTP/1.0 with "keep-alive" there.
-  bool keep_alive() const;
+  bool keep_alive() const { return framing_.KeepAlive(version_); }
 
   // The fields, in order, duplicates apart.
   Iterator begin() const { return fields_.begin(); }
@@ -78,17 +79,12 @@ class RequestHead {
   }
 
  private:
-  boost::system::error_code Take(boost::beast::http::field id, std::string_view value);
-
   HeadFields fields_;  // its text is the whole head (Parse) or the setters' pieces
   HeadFields::Span method_at_;
   HeadFields::Span target_at_;
   boost::beast::http::verb method_ = boost::beast::http::verb::unknown;
   unsigned version_ = 11;
-  std::optional<uint64_t> content_length_;
-  bool chunked_ = false;
-  bool connection_close_ = false;
-  bool connection_keep_alive_ = false;
+  FramingFields framing_;
 };
 
 }  // namespace fencing

@@ -3,6 +3,7 @@
 #include "http/ascii.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace fencing {
@@ -12,24 +13,59 @@ bool IsDecimalDigits(std::string_view text) {
 }
 
 bool ParseDecimalU64(std::string_view text, uint64_t* out) {
-  if (!IsDecimalDigits(text)) return false;
+  if (text.empty()) return false;
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  // Up to 19 digits cannot overflow (10^19 - 1 < 2^64 - 1): no check per digit.
+  const bool may_overflow = text.size() >= kMaxU64Digits - 1;
   uint64_t value = 0;
   for (char c : text) {
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (value > (kMax - digit) / 10) return false;
+    const uint64_t digit = static_cast<uint64_t>(static_cast<unsigned char>(c)) - '0';
+    if (digit > 9) return false;
+    if (may_overflow && value > (kMax - digit) / 10) return false;
     value = value * 10 + digit;
   }
   *out = value;
   return true;
 }
 
-bool IsToken(std::string_view text) { return !text.empty() && std::all_of(text.begin(), text.end(), IsTokenChar); }
+size_t FindNonFieldValueChar(std::string_view text) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text.size() - i >= 8) {
+      uint64_t word;
+      std::memcpy(&word, text.data() + i, sizeof word);
+      // Exact word tests: a byte below 0x20 (w - 0x20.. borrows into a clear high bit), or a
+      // byte equal to 0x7f (zero after the xor). Bytes from 0x80 up (obs-text) pass both.
+      const uint64_t below_space = (word - kOnes * 0x20) & ~word & kHighBits;
+      const uint64_t del = word ^ (kOnes * 0x7f);
+      const uint64_t is_del = (del - kOnes) & ~del & kHighBits;
+      if ((below_space | is_del) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    // A word with a tab or a refused byte in it, or the last few bytes: one at a time.
+    const size_t stop = std::min(text.size(), i + 8);
+    for (; i < stop; ++i) {
+      if (!IsValueByte(static_cast<unsigned char>(text[i]))) return i;
+    }
+  }
+  return text.size();
+}
+
+bool IsToken(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return IsTokenByte(static_cast<unsigned char>(c)); });
+}
 
 std::string_view TrimOws(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
+  size_t first = 0;
+  size_t last = text.size();
+  while (first != last && (text[first] == ' ' || text[first] == '\t')) ++first;
+  while (last != first && (text[last - 1] == ' ' || text[last - 1] == '\t')) --last;
+  return text.substr(first, last - first);
 }
 
 bool IsValidName(std::string_view name) {

@@ -2,6 +2,7 @@
 // Small rules that the route file, the state file, the command line, the fences and the request
 // path all apply, each written once here so that they cannot drift apart.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,6 +35,21 @@ constexpr bool IsFieldValueChar(char c) {
   const auto u = static_cast<unsigned char>(c);
   return u == '\t' || u == ' ' || (u > 0x20 && u != 0x7f);
 }
+// The two classes above as one table, for the loops over every byte of a message head.
+inline constexpr unsigned char kTokenByte = 1, kValueByte = 2;
+inline constexpr std::array<unsigned char, 256> kHeadByteClasses = [] {
+  std::array<unsigned char, 256> classes{};
+  for (int c = 0; c < 256; ++c) {
+    if (IsFieldValueChar(static_cast<char>(c))) classes[c] |= kValueByte;
+    if (IsTokenChar(static_cast<char>(c))) classes[c] |= kTokenByte;
+  }
+  return classes;
+}();
+constexpr bool IsTokenByte(unsigned char c) { return kHeadByteClasses[c] & kTokenByte; }
+constexpr bool IsValueByte(unsigned char c) { return kHeadByteClasses[c] & kValueByte; }
+// Where the first byte of `text` is that IsFieldValueChar refuses (a control byte, CR and LF
+// among them), or text.size(). Eight bytes at a time: values are most of a head's bytes.
+size_t FindNonFieldValueChar(std::string_view text);
 // One or more tchar.
 bool IsToken(std::string_view text);
 

@@ -208,7 +208,6 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
       for (;;) {
         response_parser.emplace();
         response_parser->header_limit(kMaxUpstreamHeaderBytes);
-        response_parser->body_limit(boost::none);
         if (request.head_request) response_parser->skip(true);
         // (the parser stops at the end of the head: it is not eager)
         ec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);

@@ -1,8 +1,15 @@
-// RequestHead::Parse (http/request_head.h) against Beast's request parser, the parser it
-// replaced: on every head that FindHeadEnd measures and CheckRawHead lets through, both give the
-// same error or none, and then the same method, target, version, fields, Content-Length, chunked
-// and keep-alive (tests/unit/http/beast_oracle.h says what "the same" allows). The first input
-// byte picks the body limit, so that body_limit is reached both ways.
+// The proxy's own head parsers against the Beast parsers they replaced
+// (tests/unit/http/beast_oracle.h says what "the same" allows):
+//  - requests: RequestHead::Parse (http/request_head.h) against Beast's request parser. On every
+//    head that FindHeadEnd measures and CheckRawHead lets through, both give the same error or
+//    none, and then the same method, target, version, fields, Content-Length, chunked and
+//    keep-alive. The first input byte picks the body limit, so that body_limit is reached both
+//    ways.
+//  - responses (the rest of the input starts with "HTTP/"): ResponseParser
+//    (http/response_parser.h) against response_parser<buffer_body>, the whole message, fed in
+//    pieces through a small body buffer (sizes from the first byte) and then the close. Both
+//    refuse it, or both read the same head, framing and body bytes; where ResponseParser is
+//    stricter by design it may refuse what Beast reads on.
 //
 // Oracles:
 //  - the differential one above;
@@ -49,6 +56,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static constexpr uint64_t kLimits[] = {0, 10, 1000, UINT64_MAX};
   const uint64_t max_body = kLimits[data[0] % 4];
   const std::string_view input = fuzz::AsView(data + 1, size - 1);
+
+  if (input.substr(0, 5) == "HTTP/") {
+    const size_t step = 1 + data[0] % 16;
+    const size_t room = 1 + (data[0] >> 4) * 64;
+    const std::string differs = CompareResponseWithBeast(input, step, room, /*same_error=*/false);
+    FUZZ_CHECK(differs.empty(), differs.c_str());
+    // Cut otherwise, it reads the same (the pieces path against the whole-head path), except
+    // that a head in pieces is only read once it is whole: a bad line in a head that never ends
+    // is refused at once when it came whole, and waited out (to header_limit) in pieces.
+    const ResponseRead whole = ReadResponseOurs(input, input.size(), 4096);
+    const ResponseRead pieces = ReadResponseOurs(input, step, room);
+    const bool waited = !pieces.ec && !pieces.header_done;
+    // (Both refuse a bad head, not always naming the same fault first.)
+    FUZZ_CHECK(waited || (!whole.ec == !pieces.ec && whole.done == pieces.done && whole.body == pieces.body &&
+                          whole.fields == pieces.fields),
+               "a response read otherwise when its bytes come in pieces");
+    return 0;
+  }
 
   size_t scanned = 0;
   const size_t head_length = FindHeadEnd(input, &scanned);

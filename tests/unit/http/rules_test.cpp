@@ -63,6 +63,31 @@ TEST(TokenCharsTest, RFC9110Tchar) {
   EXPECT_FALSE(IsToken("X-Token:"));
 }
 
+TEST(TokenCharsTest, TheByteTableSaysWhatTheFunctionsSay) {
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_EQ(IsTokenByte(static_cast<unsigned char>(c)), IsTokenChar(static_cast<char>(c))) << c;
+    EXPECT_EQ(IsValueByte(static_cast<unsigned char>(c)), IsFieldValueChar(static_cast<char>(c))) << c;
+  }
+}
+
+// FindNonFieldValueChar reads eight bytes at a time: every byte value, at every offset of texts
+// from 0 to 19 bytes (a word's every lane and the tail), against the byte rule.
+TEST(FieldValueTest, FindNonFieldValueCharFindsTheFirstRefusedByteAtEveryOffset) {
+  for (size_t size = 0; size < 20; ++size) {
+    for (size_t at = 0; at < size; ++at) {
+      for (int c = 0; c < 256; ++c) {
+        std::string text(size, 'a');
+        text[at] = static_cast<char>(c);
+        const size_t expected = IsFieldValueChar(static_cast<char>(c)) ? size : at;
+        ASSERT_EQ(FindNonFieldValueChar(text), expected) << "size " << size << " byte " << c << " at " << at;
+      }
+    }
+    EXPECT_EQ(FindNonFieldValueChar(std::string(size, '\xff')), size) << "obs-text passes";
+  }
+  EXPECT_EQ(FindNonFieldValueChar("a\tb c\td\te\r\nf"), 9u) << "tabs pass, the CR does not";
+  EXPECT_EQ(FindNonFieldValueChar("abcdefg\t\x7fh"), 8u);
+}
+
 TEST(TrimOwsTest, RemovesSpacesAndTabsAtBothEndsOnly) {
   EXPECT_EQ(TrimOws(" \t7 \t"), "7");
   EXPECT_EQ(TrimOws("5 1"), "5 1");
