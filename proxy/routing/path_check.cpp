@@ -13,7 +13,10 @@ TargetCheck Refuse(const char* reason) { return TargetCheck{false, {}, {}, reaso
 TargetCheck CheckRequestTarget(std::string_view target) {
   // Absolute-form: set the authority aside, route by the path ("http://h" alone means "/").
   std::string_view authority;
-  if (StartsWithIgnoreCase(target, "http://") || StartsWithIgnoreCase(target, "https://")) {
+  // Origin-form ("/..."), nearly every request, cannot be either scheme: two case-folding
+  // compares spared per request.
+  if (!target.starts_with('/') &&
+      (StartsWithIgnoreCase(target, "http://") || StartsWithIgnoreCase(target, "https://"))) {
     size_t authority_at = target.find("://") + 3;
     size_t slash = target.find_first_of("/?#", authority_at);
     authority = target.substr(authority_at, slash == std::string_view::npos ? slash : slash - authority_at);
