@@ -6,6 +6,10 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 namespace fencing {
@@ -15,9 +19,24 @@ namespace http = boost::beast::http;
 namespace {
 
 // Hop-by-hop fields, and those the proxy sets afresh for the next hop: framing (Content-Length)
-// and Expect (the proxy answers 100-continue itself).
+// and Expect (the proxy answers 100-continue itself). A table by field id, built from the list
+// in fields.h: asked for every field of every head, and one load is cheaper than the list's walk.
+constexpr http::field kSetAfresh[] = {http::field::content_length, http::field::expect};
+constexpr size_t kNotCopiedTableSize = [] {
+  size_t size = 0;
+  for (http::field f : kHopByHopFields) size = std::max(size, static_cast<size_t>(f) + 1);
+  for (http::field f : kSetAfresh) size = std::max(size, static_cast<size_t>(f) + 1);
+  return size;
+}();
+constexpr std::array<bool, kNotCopiedTableSize> kNotCopiedTable = [] {
+  std::array<bool, kNotCopiedTableSize> table{};
+  for (http::field f : kHopByHopFields) table[static_cast<size_t>(f)] = true;
+  for (http::field f : kSetAfresh) table[static_cast<size_t>(f)] = true;
+  return table;
+}();
 bool NotCopied(http::field f) {
-  return IsHopByHop(f) || f == http::field::content_length || f == http::field::expect;
+  const auto id = static_cast<size_t>(f);
+  return id < kNotCopiedTable.size() && kNotCopiedTable[id];
 }
 
 // The field names listed by the Connection fields (hop-by-hop for this message only). Parsed once
@@ -43,13 +62,58 @@ class ConnectionTokens {
   boost::container::small_vector<std::string_view, 4> tokens_;
 };
 
-// Inlined: it runs for every field of every head, both directions.
-[[gnu::always_inline]] inline void AppendField(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out.append(": ");
-  out.append(value);
-  out.append("\r\n");
-}
+// Writes a head into a buffer sized beforehand for the most it can hold: a cursor and a copy per
+// piece, without std::string's capacity check and growth path on each append (those were most of
+// a head's cost). Inlined: it runs for every field of every head, both directions.
+class HeadWriter {
+ public:
+  // Sizes `out` for at most `bound` bytes; Finish cuts it to what was written.
+  HeadWriter(std::string& out, size_t bound) : out_(out) {
+    out_.resize(bound);
+    at_ = out_.data();
+  }
+  [[gnu::always_inline]] void Put(std::string_view text) {
+    std::char_traits<char>::copy(at_, text.data(), text.size());  // copes with an empty view's null data
+    at_ += text.size();
+  }
+  // A literal: its length is known here, so the copy is a few moves.
+  template <size_t N>
+  [[gnu::always_inline]] void Put(const char (&literal)[N]) {
+    std::memcpy(at_, literal, N - 1);
+    at_ += N - 1;
+  }
+  void Put(char c) { *at_++ = c; }
+  [[gnu::always_inline]] void Field(std::string_view name, std::string_view value) {
+    Put(name);
+    Put(": ");
+    Put(value);
+    Put("\r\n");
+  }
+  // Decimal, as std::to_string writes it.
+  void Decimal(unsigned n) {
+    char digits[10];  // 2^32-1
+    char* first = digits + sizeof digits;
+    do {
+      *--first = static_cast<char>('0' + n % 10);
+      n /= 10;
+    } while (n != 0);
+    Put(std::string_view(first, static_cast<size_t>(digits + sizeof digits - first)));
+  }
+  void Finish() {
+    const size_t written = static_cast<size_t>(at_ - out_.data());
+    // A bound too small would have written past the string's end: stop rather than go on with a
+    // corrupted heap (one compare per head; the fuzz targets would find such a head).
+    if (written > out_.size()) std::abort();
+    out_.resize(written);
+  }
+
+ private:
+  std::string& out_;
+  char* at_;
+};
+
+// The bytes of a field line: name, ": ", value, CRLF.
+constexpr size_t FieldLineSize(std::string_view name, std::string_view value) { return name.size() + value.size() + 4; }
 
 // What the rewrite needs to know of a field list, gathered in one pass by enum (cheap), instead of
 // one case-insensitive tree search in Beast's fields per question.
@@ -58,12 +122,14 @@ struct FieldFacts {
   bool host = false;
   bool transfer_encoding = false;
   std::string_view content_length;  // empty: none
+  size_t lines = 0;                 // the bytes of all field lines: what copying them all would take
 };
 
 template <typename FieldList>
 FieldFacts ScanFields(const FieldList& from) {
   FieldFacts facts;
   for (const auto& field : from) {
+    facts.lines += FieldLineSize(field.name_string(), field.value());
     switch (field.name()) {
       case http::field::connection: facts.connection = true; break;
       case http::field::host: facts.host = true; break;
@@ -75,19 +141,21 @@ FieldFacts ScanFields(const FieldList& from) {
   return facts;
 }
 
-// Which end-to-end fields AppendEndToEndFields leaves out, besides the hop-by-hop ones.
+// Which end-to-end fields WriteEndToEndFields leaves out, besides the hop-by-hop ones.
 struct Omit {
   std::string_view name;         // this one (case-insensitive); empty: none
   bool host = false;             // Host (another is set)
   bool underscored = false;      // names containing '_'
 };
 
-// Appends every end-to-end field of `from` except those `omit` names. X-Forwarded-For fields are
-// not appended: when `forwarded_for` is given, their values are collected there, each followed
-// by ", ".
+// The values of the client's X-Forwarded-For fields, in order (most requests have none or one).
+using ForwardedFor = boost::container::small_vector<std::string_view, 2>;
+
+// Writes every end-to-end field of `from` except those `omit` names. X-Forwarded-For fields are
+// not written: when `forwarded_for` is given, their values are collected there.
 template <typename FieldList>
-void AppendEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
-                          std::string* forwarded_for, std::string& out) {
+void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
+                         ForwardedFor* forwarded_for, HeadWriter& out) {
   std::string_view drop = omit.name;
   std::optional<ConnectionTokens> connection_tokens;
   if (facts.connection) connection_tokens.emplace(from);
@@ -101,73 +169,91 @@ void AppendEndToEndFields(const FieldList& from, const FieldFacts& facts, const 
     }
     if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
     if (forwarded_for && field.name() == http::field::unknown && EqualsIgnoreCase(name, "X-Forwarded-For")) {
-      forwarded_for->append(field.value());
-      forwarded_for->append(", ");
+      forwarded_for->push_back(field.value());
       continue;
     }
     if (connection_tokens && connection_tokens->Names(name)) continue;
-    AppendField(out, name, field.value());
+    out.Field(name, field.value());
   }
 }
 
-constexpr size_t kHeadReserve = 512;  // most heads fit: one allocation
+// The longest framing line either writer adds: Content-Length with the copied value, or chunked.
+constexpr std::string_view kChunkedLine = "Transfer-Encoding: chunked\r\n";
+size_t FramingLineBound(std::string_view content_length) {
+  return std::max(FieldLineSize("Content-Length", content_length), kChunkedLine.size());
+}
 
 }  // namespace
 
+// Each head is sized before it is written: the request line or status line, every field line
+// of the message being relayed (those left out only make it shorter; each X-Forwarded-For value
+// with its ", " is shorter than its line), then what is added. One allocation, no growth.
 std::string UpstreamRequestHead(const RequestHead& client, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored) {
-  std::string out;
-  out.reserve(kHeadReserve);
-  out.append(client.method_string());
-  out.push_back(' ');
-  out.append(origin_target);
-  out.append(" HTTP/1.1\r\n");
   const FieldFacts facts = ScanFields(client);
-  std::string forwarded_for;
-  AppendEndToEndFields(client, facts, Omit{drop, !host.empty(), drop_underscored}, &forwarded_for, out);
+  const std::string_view method = client.method_string();
+  const size_t bound = method.size() + 1 + origin_target.size() + sizeof(" HTTP/1.1\r\n") - 1 + facts.lines +
+                       FieldLineSize("X-Forwarded-For", client_ip) +
+                       FieldLineSize("Host", host.size() > backend_host.size() ? host : backend_host) +
+                       FramingLineBound(facts.content_length) + 2;
+  std::string head;
+  HeadWriter out(head, bound);
+  out.Put(method);
+  out.Put(' ');
+  out.Put(origin_target);
+  out.Put(" HTTP/1.1\r\n");
+  ForwardedFor forwarded_for;
+  WriteEndToEndFields(client, facts, Omit{drop, !host.empty(), drop_underscored}, &forwarded_for, out);
 
   // One X-Forwarded-For: the client's list (all of its fields, in order) plus this hop.
-  out.append("X-Forwarded-For: ");
-  out.append(forwarded_for);
-  out.append(client_ip);
-  out.append("\r\n");
+  out.Put("X-Forwarded-For: ");
+  for (std::string_view hop : forwarded_for) {
+    out.Put(hop);
+    out.Put(", ");
+  }
+  out.Put(client_ip);
+  out.Put("\r\n");
 
   if (!host.empty()) {
-    AppendField(out, "Host", host);
+    out.Field("Host", host);
   } else if (!facts.host) {
-    AppendField(out, "Host", backend_host);
+    out.Field("Host", backend_host);
   }
   if (!facts.content_length.empty()) {
-    AppendField(out, "Content-Length", facts.content_length);
+    out.Field("Content-Length", facts.content_length);
   } else if (facts.transfer_encoding) {
-    out.append("Transfer-Encoding: chunked\r\n");  // framing checks allow exactly "chunked" only
+    out.Put("Transfer-Encoding: chunked\r\n");  // framing checks allow exactly "chunked" only
   }
   // Keep-alive to the backend is the default in HTTP/1.1: no Connection field needed.
-  out.append("\r\n");
-  return out;
+  out.Put("\r\n");
+  out.Finish();
+  return head;
 }
 
 std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,
                                unsigned client_version, BodyFraming framing, bool keep_alive) {
-  std::string out;
-  out.reserve(kHeadReserve);
-  out.append(client_version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
-  out.append(std::to_string(status));
-  out.push_back(' ');
-  out.append(reason);
-  out.append("\r\n");
   const FieldFacts facts = ScanFields(fields);
-  AppendEndToEndFields(fields, facts, Omit{}, nullptr, out);
+  const size_t bound = sizeof("HTTP/1.1 4294967295 \r\n") - 1 + reason.size() + facts.lines +
+                       FramingLineBound(facts.content_length) + sizeof("Connection: keep-alive\r\n") - 1 + 2;
+  std::string head;
+  HeadWriter out(head, bound);
+  out.Put(client_version >= 11 ? std::string_view("HTTP/1.1 ") : std::string_view("HTTP/1.0 "));
+  out.Decimal(status);
+  out.Put(' ');
+  out.Put(reason);
+  out.Put("\r\n");
+  WriteEndToEndFields(fields, facts, Omit{}, nullptr, out);
   if (framing == BodyFraming::kLength) {
-    AppendField(out, "Content-Length", facts.content_length);
+    out.Field("Content-Length", facts.content_length);
   } else if (framing == BodyFraming::kChunked) {
-    out.append("Transfer-Encoding: chunked\r\n");
+    out.Put("Transfer-Encoding: chunked\r\n");
   }
-  if (client_version >= 11 && !keep_alive) out.append("Connection: close\r\n");
-  if (client_version < 11 && keep_alive) out.append("Connection: keep-alive\r\n");
-  out.append("\r\n");
-  return out;
+  if (client_version >= 11 && !keep_alive) out.Put("Connection: close\r\n");
+  if (client_version < 11 && keep_alive) out.Put("Connection: keep-alive\r\n");
+  out.Put("\r\n");
+  out.Finish();
+  return head;
 }
 
 }  // namespace fencing

@@ -152,6 +152,64 @@ TEST(UpstreamRequestHeadTest, ChunkedBodyStaysChunked) {
   EXPECT_TRUE(Values(up, "Content-Length").empty());
 }
 
+// The exact bytes, field by field in order: the writers size the head before they fill it, so
+// every kind of line is pinned here (hop-by-hop and Connection-listed fields left out, the
+// client's X-Forwarded-For fields folded into one after the rest, Host replaced, kept or added,
+// Content-Length or chunked), not only what a parser reads back.
+TEST(UpstreamRequestHeadTest, WritesExactlyTheseBytes) {
+  RequestHead client = Request(11, {{"Host", "client.example"},
+                                    {"connection", "Keep-Alive, x-hop"},
+                                    {"X-Forwarded-For", "10.0.0.1"},
+                                    {"Accept", "*/*"},
+                                    {"X-Hop", "gone"},
+                                    {"Keep-Alive", "timeout=5"},
+                                    {"x-forwarded-for", "10.0.0.2, 10.0.0.3"},
+                                    {"X_Under", "gone"},
+                                    {"X-Fencing-Token", "7"},
+                                    {"Expect", "100-continue"},
+                                    {"Content-Length", "12"},
+                                    {"X-Empty", ""}});
+  EXPECT_EQ(UpstreamRequestHead(client, "/orders/1?a=b", "", "192.0.2.1", "backend:8081", "x-fencing-token"),
+            "POST /orders/1?a=b HTTP/1.1\r\n"
+            "Host: client.example\r\n"
+            "Accept: */*\r\n"
+            "X-Empty: \r\n"
+            "X-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.1\r\n"
+            "Content-Length: 12\r\n"
+            "\r\n");
+
+  RequestHead chunked = Request(10, {{"Transfer-Encoding", "chunked"}, {"Host", "client.example"}, {"X_Kept", "1"}},
+                                boost::beast::http::verb::put);
+  EXPECT_EQ(UpstreamRequestHead(chunked, "/p", "authority.example", "::1", "backend:8081", "",
+                                /*drop_underscored=*/false),
+            "PUT /p HTTP/1.1\r\n"
+            "X_Kept: 1\r\n"
+            "X-Forwarded-For: ::1\r\n"
+            "Host: authority.example\r\n"
+            "Transfer-Encoding: chunked\r\n"
+            "\r\n");
+
+  RequestHead bare = Request(10, {}, boost::beast::http::verb::get);
+  EXPECT_EQ(UpstreamRequestHead(bare, "/", "", "127.0.0.1", "backend:8081", "X-Fencing-Token"),
+            "GET / HTTP/1.1\r\n"
+            "X-Forwarded-For: 127.0.0.1\r\n"
+            "Host: backend:8081\r\n"
+            "\r\n");
+}
+
+// A head longer than any first guess at its size.
+TEST(UpstreamRequestHeadTest, WritesALongHeadWhole) {
+  Fields fields;
+  std::string expected_fields;
+  for (int i = 0; i < 40; ++i) {
+    fields.emplace_back("X-Field-" + std::to_string(i), std::string(50 + i, static_cast<char>('a' + i % 26)));
+    expected_fields += fields.back().first + ": " + fields.back().second + "\r\n";
+  }
+  const std::string target = "/" + std::string(3000, 't');
+  EXPECT_EQ(UpstreamRequestHead(Request(11, fields), target, "", "127.0.0.1", "b", ""),
+            "POST " + target + " HTTP/1.1\r\n" + expected_fields + "X-Forwarded-For: 127.0.0.1\r\nHost: b\r\n\r\n");
+}
+
 // A backend's response head, as the exchange's parser (ResponseParser) hands its fields over.
 HeadFields Response(const Fields& fields) {
   HeadFields res;
@@ -193,6 +251,49 @@ TEST(ClientResponseHeadTest, FramingAndConnectionFollowTheClientsVersion) {
   EXPECT_TRUE(Values(old, "Connection").empty()) << "close is HTTP/1.0's default";
   http::response_header<> old_kept = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, BodyFraming::kNone, true));
   EXPECT_EQ(Values(old_kept, "Connection"), std::vector<std::string>{"keep-alive"});
+}
+
+TEST(ClientResponseHeadTest, WritesExactlyTheseBytes) {
+  HeadFields from = Response({{"Server", "nginx"},
+                              {"Connection", "keep-alive, X-Hop"},
+                              {"Content-Length", "2"},
+                              {"x-hop", "gone"},
+                              {"Transfer-Encoding", "chunked"},
+                              {"Upgrade", "h2c"},
+                              {"Set-Cookie", "a=1"},
+                              {"X-Forwarded-For", "kept in a response"},
+                              {"X_Under", "kept in a response"}});
+  const std::string fields =
+      "Server: nginx\r\n"
+      "Set-Cookie: a=1\r\n"
+      "X-Forwarded-For: kept in a response\r\n"
+      "X_Under: kept in a response\r\n";
+  EXPECT_EQ(ClientResponseHead(200, "OK", from, 11, BodyFraming::kLength, true),
+            "HTTP/1.1 200 OK\r\n" + fields + "Content-Length: 2\r\n\r\n");
+  EXPECT_EQ(ClientResponseHead(404, "Not Found", from, 11, BodyFraming::kChunked, false),
+            "HTTP/1.1 404 Not Found\r\n" + fields + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(ClientResponseHead(599, "", from, 10, BodyFraming::kClose, false),
+            "HTTP/1.0 599 \r\n" + fields + "\r\n");
+  EXPECT_EQ(ClientResponseHead(204, "No Content", from, 10, BodyFraming::kNone, true),
+            "HTTP/1.0 204 No Content\r\n" + fields + "Connection: keep-alive\r\n\r\n");
+  EXPECT_EQ(ClientResponseHead(100, "Continue", HeadFields(), 11, BodyFraming::kNone, true),
+            "HTTP/1.1 100 Continue\r\n\r\n");
+  // A status is three digits from a backend; the writer does not depend on it.
+  EXPECT_EQ(ClientResponseHead(0, "x", HeadFields(), 11, BodyFraming::kNone, true), "HTTP/1.1 0 x\r\n\r\n");
+  EXPECT_EQ(ClientResponseHead(4294967295u, "x", HeadFields(), 11, BodyFraming::kNone, true),
+            "HTTP/1.1 4294967295 x\r\n\r\n");
+}
+
+TEST(ClientResponseHeadTest, WritesALongHeadWhole) {
+  Fields fields;
+  std::string expected_fields;
+  for (int i = 0; i < 40; ++i) {
+    fields.emplace_back("X-Field-" + std::to_string(i), std::string(50 + i, static_cast<char>('a' + i % 26)));
+    expected_fields += fields.back().first + ": " + fields.back().second + "\r\n";
+  }
+  const std::string reason(1000, 'r');
+  EXPECT_EQ(ClientResponseHead(200, reason, Response(fields), 11, BodyFraming::kNone, true),
+            "HTTP/1.1 200 " + reason + "\r\n" + expected_fields + "\r\n");
 }
 
 }  // namespace
