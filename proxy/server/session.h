@@ -6,6 +6,7 @@
 // lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
+#include "common/intrusive_list.h"
 #include "common/io.h"
 #include "common/page_allocator.h"
 #include "http/problem.h"
@@ -26,7 +27,8 @@
 
 namespace fencing {
 
-class Session : public std::enable_shared_from_this<Session> {
+// Linked into its worker's list of connections (Worker::Register) for as long as it exists.
+class Session : public std::enable_shared_from_this<Session>, public IntrusiveListNode<Session> {
  public:
   Session(Worker& worker, io::Socket socket);
   ~Session();
