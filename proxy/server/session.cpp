@@ -228,7 +228,9 @@ io::Awaitable<bool> Session::ServeOne() {
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();
 
-  record_ = AccessRecord{Clock::now()};
+  // In this coroutine's frame, not in the session: an idle connection carries none.
+  AccessRecord record{Clock::now()};
+  record_ = &record;
   RequestHead head;
   bool parsed = false;
   std::optional<Problem> head_problem = co_await ReadHead(config, head, &parsed);
@@ -374,7 +376,7 @@ void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const 
     entry.path = head->target();
   }
   entry.client = client_ip_;
-  entry.status = record_.status;
+  entry.status = record_->status;
   if (plan) {
     if (plan->route) entry.route = std::string_view(plan->route->config->name);
     entry.decision = OutcomeName(plan->outcome);
@@ -383,12 +385,12 @@ void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const 
   } else {
     entry.decision = OutcomeName(Outcome::kRejectedRequest);
   }
-  entry.upstream_status = record_.upstream_status;
-  entry.upstream_attempts = record_.upstream_attempts;
-  entry.bytes_in = record_.bytes_in;
-  entry.bytes_out = record_.bytes_out;
+  entry.upstream_status = record_->upstream_status;
+  entry.upstream_attempts = record_->upstream_attempts;
+  entry.bytes_in = record_->bytes_in;
+  entry.bytes_out = record_->bytes_out;
   entry.duration_us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - record_.start).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - record_->start).count());
   worker_.LogAccess(entry);
 }
 
@@ -483,10 +485,10 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
   ExchangeResult result = co_await exchange.Run(request, body);
   cancel_.upstream = nullptr;
-  record_.upstream_status = result.upstream_status;
-  record_.upstream_attempts = result.attempts;
-  record_.bytes_in = result.bytes_in;
-  record_.bytes_out = result.bytes_out;
+  record_->upstream_status = result.upstream_status;
+  record_->upstream_attempts = result.attempts;
+  record_->bytes_in = result.bytes_in;
+  record_->bytes_out = result.bytes_out;
   if (result.body_failed) {
     metrics.Count(Outcome::kRejectedRequest);
     if (result.problem) co_await WriteProblem(*result.problem, head.version(), false);
@@ -501,7 +503,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   }
   // The backend answered: the request's outcome is settled.
   metrics.Count(plan.outcome);
-  record_.status = result.status;
+  record_->status = result.status;
   if (result.status != 0) {
     metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
   }
@@ -533,7 +535,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
 }
 
 io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
-  record_.status = static_cast<unsigned>(problem.status);
+  record_->status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
   auto [ec, n] = co_await http::async_write(socket_, response, kTuple);
   co_return !ec && keep_alive;

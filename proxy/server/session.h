@@ -83,7 +83,7 @@ class Session : public std::enable_shared_from_this<Session>, public IntrusiveLi
   io::Awaitable<bool> DiscardBody(BodyDecoder& body);
   io::Awaitable<void> LingeringClose();
 
-  // What the access log says about the request being served.
+  // What the access log says about the request being served. ServeOne holds it.
   struct AccessRecord {
     std::chrono::steady_clock::time_point start;
     unsigned status = 0;           // sent to the client
@@ -105,12 +105,12 @@ class Session : public std::enable_shared_from_this<Session>, public IntrusiveLi
   // busy (the next request is read straight into it); given back once it idles (Sweep).
   ClientBuffer buffer_;
   std::string client_ip_;
-  bool idle_ = false;      // waiting for the first byte of a request
   std::chrono::steady_clock::time_point idle_since_;
+  bool idle_ = false;      // waiting for the first byte of a request
   bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
   bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
-  AccessRecord record_;
+  AccessRecord* record_ = nullptr;  // the request being served (ServeOne's), for the access log
 };
 
 }  // namespace fencing
