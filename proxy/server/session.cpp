@@ -166,7 +166,7 @@ void Session::WaitCold() {
     idle_ = true;
     idle_since_ = Clock::now();
   }
-  auto on_readable = [self = shared_from_this()](boost::system::error_code ec) {
+  auto on_readable = [self = SessionPtr(this)](boost::system::error_code ec) {
     self->idle_ = false;
     if (ec) {
       self->Close();  // CloseIfIdle: idle timeout, eviction or shutdown
@@ -188,7 +188,7 @@ void Session::Close() {
 }
 
 io::Awaitable<void> Session::Run() {
-  auto self = shared_from_this();
+  SessionPtr self(this);
   for (;;) {
     if (buffer_.size() == 0) {
       if (buffer_.capacity() == 0) {

@@ -19,8 +19,10 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/smart_ptr/intrusive_ptr.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,12 +30,15 @@
 namespace fencing {
 
 // Linked into its worker's list of connections (Worker::Register) for as long as it exists.
-class Session : public std::enable_shared_from_this<Session>, public IntrusiveListNode<Session> {
+// Held by SessionPtr: owned by what runs for it (its coroutine, or its idle wait's handler), all
+// on the worker's thread, so a plain count in the session serves, without atomics or a separate
+// control block (a shared_ptr's cost 32 bytes per connection, and a locked add per hand-over).
+class Session : public IntrusiveListNode<Session> {
  public:
   Session(Worker& worker, io::Socket socket);
   ~Session();
 
-  // Serves requests until the connection closes. Call it on a session held by a shared_ptr.
+  // Serves requests until the connection closes. Call it on a session held by a SessionPtr.
   void Start();
 
   // Shutdown and eviction: closes the connection if it is waiting for a next request.
@@ -94,6 +99,11 @@ class Session : public std::enable_shared_from_this<Session>, public IntrusiveLi
   };
   void LogAccess(const RequestHead* head, const RequestPlan* plan) const;
 
+  friend void intrusive_ptr_add_ref(Session* session) { ++session->refs_; }
+  friend void intrusive_ptr_release(Session* session) {
+    if (--session->refs_ == 0) delete session;
+  }
+
   Worker& worker_;
   // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
   io::Socket socket_;
@@ -110,7 +120,10 @@ class Session : public std::enable_shared_from_this<Session>, public IntrusiveLi
   bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
   bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
+  uint32_t refs_ = 0;      // SessionPtrs held
   AccessRecord* record_ = nullptr;  // the request being served (ServeOne's), for the access log
 };
+
+using SessionPtr = boost::intrusive_ptr<Session>;
 
 }  // namespace fencing

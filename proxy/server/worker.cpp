@@ -190,7 +190,7 @@ io::Awaitable<void> Worker::AcceptLoop() {
         continue;
       }
     }
-    std::make_shared<Session>(*this, std::move(socket))->Start();
+    SessionPtr(new Session(*this, std::move(socket)))->Start();
   }
 }
 
