@@ -143,7 +143,7 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
     CloseIfIdle();
     return false;
   }
-  if (cooling_ || closing_ || buffer_.size() != 0 || buffer_.capacity() == 0) return false;
+  if (cooling_ || closing_ || !buffer_ || buffer_->size() != 0) return false;
   if (now - idle_since_ < cool_after) return false;
   // Idle for a while: stop the read that holds the buffer; Run gives the buffer back and waits
   // for readiness only.
@@ -154,8 +154,6 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
 }
 
 void Session::Start() {
-  // A new connection's request is usually on its way: start with a buffer to read it into.
-  buffer_.reserve(kFirstReadSize);
   asio::co_spawn(socket_.get_executor(), Run(), LogCoroutineFailure);
 }
 
@@ -173,7 +171,6 @@ void Session::WaitCold() {
       return;
     }
     // Readable: a request, or the client's close. Either way Run reads it, into a new buffer.
-    self->buffer_.reserve(kFirstReadSize);
     asio::co_spawn(self->socket_.get_executor(), self->Run(), LogCoroutineFailure);
   };
   // An allocation of its own, sized for it: Asio's default would recycle a block some larger
@@ -189,27 +186,37 @@ void Session::Close() {
 
 io::Awaitable<void> Session::Run() {
   SessionPtr self(this);
+  // The read buffer lives in this coroutine's frame, not in the session: a connection waiting
+  // cold (WaitCold) holds neither. A request is usually on its way (a new connection's, or the
+  // one that woke a cold wait): start with room to read it into.
+  ClientBuffer buffer;
+  buffer.reserve(kFirstReadSize);
+  buffer_ = &buffer;
+  // Sweep must not reach the buffer once the frame is gone (its end, or the io_context's).
+  struct Unpoint {
+    Session* session;
+    ClientBuffer* buffer;
+    ~Unpoint() {
+      if (session->buffer_ == buffer) session->buffer_ = nullptr;
+    }
+  } unpoint{this, &buffer};
   for (;;) {
-    if (buffer_.size() == 0) {
-      if (buffer_.capacity() == 0) {
-        WaitCold();
-        co_return;
-      }
+    if (buffer.size() == 0) {
       // Waiting for the next request, reading it straight into the buffer: the read is tried at
       // once (under load the request is often there already) and otherwise waits for epoll, with
       // no epoll_ctl (a bare readiness wait costs one per request in Asio). The idle timeout is
       // enforced by the worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
-      buffer_.commit(n);
+      auto [ec, n] = co_await socket_.async_read_some(buffer.prepare(kFirstReadSize), kTuple);
+      buffer.commit(n);
       // Sweep may have asked for the buffer just after this read completed: then the request is
       // served and the connection can cool next time.
       const bool cool = ec == asio::error::operation_aborted && cooling_ && !closing_;
       cooling_ = false;
       if (cool) {
-        // Idle for a sweep period (Sweep): give the buffer back and wait without one.
-        buffer_.shrink_to_fit();  // empty: unmaps it
+        // Idle for a sweep period (Sweep): give the buffer back (this frame's end unmaps it) and
+        // wait without one.
         WaitCold();
         co_return;
       }
@@ -261,7 +268,7 @@ io::Awaitable<bool> Session::ServeOne() {
   RelayBuffers::Lease relay = worker_.relay_buffers().Take();
   RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
   const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
-  body.Feed(buffer_, keep);
+  body.Feed(*buffer_, keep);
   bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
   // The fence this request asks: the route's, or its key's.
   FenceRef fence = AcquireFence(plan, verified);
@@ -355,7 +362,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
   const auto& config = worker_.runtime()->config();
   if (!body.complete() && !body.failed() && !body.full(keep)) {
     SetDeadline(Clock::now() + config.timeouts.request);
-    boost::system::error_code ec = co_await body.Read(socket_, buffer_, keep);
+    boost::system::error_code ec = co_await body.Read(socket_, *buffer_, keep);
     if (ec) {
       if (cancel_.timed_out) {
         co_return MakeProblem(ProblemType::kBodyTimeout, "the request body did not arrive within timeouts.request");
@@ -401,17 +408,17 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   size_t scanned = 0;
   size_t head_length = 0;
   for (;;) {
-    std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
     head_length = FindHeadEnd(bytes, &scanned);
-    if (head_length != 0 || buffer_.size() > limit) break;
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(std::min(kFirstReadSize, limit + 1 - buffer_.size())), kTuple);
+    if (head_length != 0 || buffer_->size() > limit) break;
+    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);
     if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
-    buffer_.commit(n);
+    buffer_->commit(n);
   }
   if (head_length == 0 || head_length > limit) {
     co_return MakeProblem(ProblemType::kHeaderTooLarge, "the request head exceeds limits.max_header_bytes");
   }
-  std::string_view bytes(static_cast<const char*>(buffer_.data().data()), head_length);
+  std::string_view bytes(static_cast<const char*>(buffer_->data().data()), head_length);
   if (RawHeadCheck raw = CheckRawHead(bytes); !raw.ok) {
     co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + raw.reason);
   }
@@ -423,7 +430,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
     }
     co_return MakeProblem(ProblemType::kMalformedRequest, "the request head could not be parsed: " + ec.message());
   }
-  buffer_.consume(head_length);
+  buffer_->consume(head_length);
   *parsed = true;
   co_return std::nullopt;
 }
@@ -482,7 +489,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   request.client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
   request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
-  Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
+  Exchange exchange(socket_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
   ExchangeResult result = co_await exchange.Run(request, body);
   cancel_.upstream = nullptr;
   record_->upstream_status = result.upstream_status;
@@ -527,7 +534,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
   if (!co_await WriteProblem(problem, head.version(), keep_alive)) {
     // Closing with request bytes possibly still on their way: linger, or the kernel's RST could
     // destroy the answer in flight.
-    linger_ = body_pending || buffer_.size() != 0 || problem.status == http::status::bad_request;
+    linger_ = body_pending || buffer_->size() != 0 || problem.status == http::status::bad_request;
     co_return false;
   }
   if (discard) co_return co_await DiscardBody(body);
@@ -545,15 +552,15 @@ io::Awaitable<bool> Session::DiscardBody(BodyDecoder& body) {
   char scratch[1024];
   SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
   for (;;) {
-    while (buffer_.size() != 0 && !body.done() && !body.failed()) {
-      std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-      buffer_.consume(body.Decode(bytes, scratch, sizeof scratch).consumed);
+    while (buffer_->size() != 0 && !body.done() && !body.failed()) {
+      std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
+      buffer_->consume(body.Decode(bytes, scratch, sizeof scratch).consumed);
     }
     if (body.done()) co_return true;
     if (body.failed()) co_return false;
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(kFirstReadSize), kTuple);
     if (ec) co_return false;
-    buffer_.commit(n);
+    buffer_->commit(n);
   }
 }
 

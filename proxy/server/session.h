@@ -111,9 +111,10 @@ class Session : public IntrusiveListNode<Session> {
   // The deadline passed (Sweep cancels what the session awaits), and the backend connection an
   // exchange is using, cancelled with the client socket then.
   ExchangeCancel cancel_;
-  // Bytes read from the client and not yet parsed. Kept between requests while the connection is
-  // busy (the next request is read straight into it); given back once it idles (Sweep).
-  ClientBuffer buffer_;
+  // Bytes read from the client and not yet parsed: Run's (in its frame), null while no Run is.
+  // Kept between requests while the connection is busy (the next request is read straight into
+  // it); given back once it idles (Sweep).
+  ClientBuffer* buffer_ = nullptr;
   std::string client_ip_;
   std::chrono::steady_clock::time_point idle_since_;
   bool idle_ = false;      // waiting for the first byte of a request
