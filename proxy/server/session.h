@@ -31,8 +31,8 @@ namespace fencing {
 
 // Linked into its worker's list of connections (Worker::Register) for as long as it exists.
 // Held by SessionPtr: owned by what runs for it (its coroutine, or its idle wait's handler), all
-// on the worker's thread, so a plain count in the session serves, without atomics or a separate
-// control block (a shared_ptr's cost 32 bytes per connection, and a locked add per hand-over).
+// on the worker's thread, so a plain count in the session serves: a shared_ptr would cost a
+// control block and a weak pointer (32 bytes per connection) and a locked add per copy.
 class Session : public IntrusiveListNode<Session> {
  public:
   Session(Worker& worker, io::Socket socket);
