@@ -143,7 +143,7 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
     CloseIfIdle();
     return false;
   }
-  if (cooling_ || closing_ || buffer_.size() != 0 || buffer_.capacity() == 0) return false;
+  if (cooling_ || closing_ || !buffer_ || buffer_->size() != 0) return false;
   if (now - idle_since_ < cool_after) return false;
   // Idle for a while: stop the read that holds the buffer; Run gives the buffer back and waits
   // for readiness only.
@@ -154,26 +154,24 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
 }
 
 void Session::Start() {
-  // A new connection's request is usually on its way: start with a buffer to read it into.
-  buffer_.reserve(kFirstReadSize);
   asio::co_spawn(socket_.get_executor(), Run(), LogCoroutineFailure);
 }
 
 void Session::WaitCold() {
   // No coroutine, no buffer and no parser while idle: the session lives on in this wait's
-  // handler (about 600 bytes in all), and a new coroutine starts when the next request comes.
+  // handler (with the session and Asio's socket state, about 420 bytes of heap), and a new
+  // coroutine starts when the next request comes.
   if (!idle_) {
     idle_ = true;
     idle_since_ = Clock::now();
   }
-  auto on_readable = [self = shared_from_this()](boost::system::error_code ec) {
+  auto on_readable = [self = SessionPtr(this)](boost::system::error_code ec) {
     self->idle_ = false;
     if (ec) {
       self->Close();  // CloseIfIdle: idle timeout, eviction or shutdown
       return;
     }
     // Readable: a request, or the client's close. Either way Run reads it, into a new buffer.
-    self->buffer_.reserve(kFirstReadSize);
     asio::co_spawn(self->socket_.get_executor(), self->Run(), LogCoroutineFailure);
   };
   // An allocation of its own, sized for it: Asio's default would recycle a block some larger
@@ -188,28 +186,38 @@ void Session::Close() {
 }
 
 io::Awaitable<void> Session::Run() {
-  auto self = shared_from_this();
+  SessionPtr self(this);
+  // The read buffer lives in this coroutine's frame, not in the session: a connection waiting
+  // cold (WaitCold) holds neither. A request is usually on its way (a new connection's, or the
+  // one that woke a cold wait): start with room to read it into.
+  ClientBuffer buffer;
+  buffer.reserve(kFirstReadSize);
+  buffer_ = &buffer;
+  // Sweep must not reach the buffer once the frame is gone (its end, or the io_context's).
+  struct Unpoint {
+    Session* session;
+    ClientBuffer* buffer;
+    ~Unpoint() {
+      if (session->buffer_ == buffer) session->buffer_ = nullptr;
+    }
+  } unpoint{this, &buffer};
   for (;;) {
-    if (buffer_.size() == 0) {
-      if (buffer_.capacity() == 0) {
-        WaitCold();
-        co_return;
-      }
+    if (buffer.size() == 0) {
       // Waiting for the next request, reading it straight into the buffer: the read is tried at
       // once (under load the request is often there already) and otherwise waits for epoll, with
       // no epoll_ctl (a bare readiness wait costs one per request in Asio). The idle timeout is
       // enforced by the worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
-      buffer_.commit(n);
+      auto [ec, n] = co_await socket_.async_read_some(buffer.prepare(kFirstReadSize), kTuple);
+      buffer.commit(n);
       // Sweep may have asked for the buffer just after this read completed: then the request is
       // served and the connection can cool next time.
       const bool cool = ec == asio::error::operation_aborted && cooling_ && !closing_;
       cooling_ = false;
       if (cool) {
-        // Idle for a sweep period (Sweep): give the buffer back and wait without one.
-        buffer_.shrink_to_fit();  // empty: unmaps it
+        // Idle for a sweep period (Sweep): give the buffer back (this frame's end unmaps it) and
+        // wait without one.
         WaitCold();
         co_return;
       }
@@ -228,7 +236,9 @@ io::Awaitable<bool> Session::ServeOne() {
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();
 
-  record_ = AccessRecord{Clock::now()};
+  // In this coroutine's frame, not in the session: an idle connection carries none.
+  AccessRecord record{Clock::now()};
+  record_ = &record;
   RequestHead head;
   bool parsed = false;
   std::optional<Problem> head_problem = co_await ReadHead(config, head, &parsed);
@@ -259,7 +269,7 @@ io::Awaitable<bool> Session::ServeOne() {
   RelayBuffers::Lease relay = worker_.relay_buffers().Take();
   RequestBody body(decoder, relay.data(), RelayBuffers::kSize);
   const size_t keep = static_cast<size_t>(config.limits.buffered_body_bytes);
-  body.Feed(buffer_, keep);
+  body.Feed(*buffer_, keep);
   bool verified = false;  // the lock service confirmed the token (a raise on a verified route)
   // The fence this request asks: the route's, or its key's.
   FenceRef fence = AcquireFence(plan, verified);
@@ -353,7 +363,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
   const auto& config = worker_.runtime()->config();
   if (!body.complete() && !body.failed() && !body.full(keep)) {
     SetDeadline(Clock::now() + config.timeouts.request);
-    boost::system::error_code ec = co_await body.Read(socket_, buffer_, keep);
+    boost::system::error_code ec = co_await body.Read(socket_, *buffer_, keep);
     if (ec) {
       if (cancel_.timed_out) {
         co_return MakeProblem(ProblemType::kBodyTimeout, "the request body did not arrive within timeouts.request");
@@ -374,7 +384,7 @@ void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const 
     entry.path = head->target();
   }
   entry.client = client_ip_;
-  entry.status = record_.status;
+  entry.status = record_->status;
   if (plan) {
     if (plan->route) entry.route = std::string_view(plan->route->config->name);
     entry.decision = OutcomeName(plan->outcome);
@@ -383,12 +393,12 @@ void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const 
   } else {
     entry.decision = OutcomeName(Outcome::kRejectedRequest);
   }
-  entry.upstream_status = record_.upstream_status;
-  entry.upstream_attempts = record_.upstream_attempts;
-  entry.bytes_in = record_.bytes_in;
-  entry.bytes_out = record_.bytes_out;
+  entry.upstream_status = record_->upstream_status;
+  entry.upstream_attempts = record_->upstream_attempts;
+  entry.bytes_in = record_->bytes_in;
+  entry.bytes_out = record_->bytes_out;
   entry.duration_us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - record_.start).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - record_->start).count());
   worker_.LogAccess(entry);
 }
 
@@ -399,17 +409,17 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   size_t scanned = 0;
   size_t head_length = 0;
   for (;;) {
-    std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
     head_length = FindHeadEnd(bytes, &scanned);
-    if (head_length != 0 || buffer_.size() > limit) break;
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(std::min(kFirstReadSize, limit + 1 - buffer_.size())), kTuple);
+    if (head_length != 0 || buffer_->size() > limit) break;
+    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);
     if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
-    buffer_.commit(n);
+    buffer_->commit(n);
   }
   if (head_length == 0 || head_length > limit) {
     co_return MakeProblem(ProblemType::kHeaderTooLarge, "the request head exceeds limits.max_header_bytes");
   }
-  std::string_view bytes(static_cast<const char*>(buffer_.data().data()), head_length);
+  std::string_view bytes(static_cast<const char*>(buffer_->data().data()), head_length);
   if (RawHeadCheck raw = CheckRawHead(bytes); !raw.ok) {
     co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + raw.reason);
   }
@@ -421,7 +431,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
     }
     co_return MakeProblem(ProblemType::kMalformedRequest, "the request head could not be parsed: " + ec.message());
   }
-  buffer_.consume(head_length);
+  buffer_->consume(head_length);
   *parsed = true;
   co_return std::nullopt;
 }
@@ -480,13 +490,13 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   request.client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
   request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
-  Exchange exchange(socket_, buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
+  Exchange exchange(socket_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
   ExchangeResult result = co_await exchange.Run(request, body);
   cancel_.upstream = nullptr;
-  record_.upstream_status = result.upstream_status;
-  record_.upstream_attempts = result.attempts;
-  record_.bytes_in = result.bytes_in;
-  record_.bytes_out = result.bytes_out;
+  record_->upstream_status = result.upstream_status;
+  record_->upstream_attempts = result.attempts;
+  record_->bytes_in = result.bytes_in;
+  record_->bytes_out = result.bytes_out;
   if (result.body_failed) {
     metrics.Count(Outcome::kRejectedRequest);
     if (result.problem) co_await WriteProblem(*result.problem, head.version(), false);
@@ -501,7 +511,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   }
   // The backend answered: the request's outcome is settled.
   metrics.Count(plan.outcome);
-  record_.status = result.status;
+  record_->status = result.status;
   if (result.status != 0) {
     metrics.upstream_seconds->Observe(std::chrono::duration<double>(Clock::now() - started).count());
   }
@@ -525,7 +535,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
   if (!co_await WriteProblem(problem, head.version(), keep_alive)) {
     // Closing with request bytes possibly still on their way: linger, or the kernel's RST could
     // destroy the answer in flight.
-    linger_ = body_pending || buffer_.size() != 0 || problem.status == http::status::bad_request;
+    linger_ = body_pending || buffer_->size() != 0 || problem.status == http::status::bad_request;
     co_return false;
   }
   if (discard) co_return co_await DiscardBody(body);
@@ -533,7 +543,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
 }
 
 io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
-  record_.status = static_cast<unsigned>(problem.status);
+  record_->status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
   auto [ec, n] = co_await http::async_write(socket_, response, kTuple);
   co_return !ec && keep_alive;
@@ -543,15 +553,15 @@ io::Awaitable<bool> Session::DiscardBody(BodyDecoder& body) {
   char scratch[1024];
   SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
   for (;;) {
-    while (buffer_.size() != 0 && !body.done() && !body.failed()) {
-      std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-      buffer_.consume(body.Decode(bytes, scratch, sizeof scratch).consumed);
+    while (buffer_->size() != 0 && !body.done() && !body.failed()) {
+      std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
+      buffer_->consume(body.Decode(bytes, scratch, sizeof scratch).consumed);
     }
     if (body.done()) co_return true;
     if (body.failed()) co_return false;
-    auto [ec, n] = co_await socket_.async_read_some(buffer_.prepare(kFirstReadSize), kTuple);
+    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(kFirstReadSize), kTuple);
     if (ec) co_return false;
-    buffer_.commit(n);
+    buffer_->commit(n);
   }
 }
 

@@ -6,6 +6,7 @@
 // lives on one worker thread from accept to close.
 
 #include "admin/metrics.h"
+#include "common/intrusive_list.h"
 #include "common/io.h"
 #include "common/page_allocator.h"
 #include "http/problem.h"
@@ -18,20 +19,26 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/smart_ptr/intrusive_ptr.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
 namespace fencing {
 
-class Session : public std::enable_shared_from_this<Session> {
+// Linked into its worker's list of connections (Worker::Register) for as long as it exists.
+// Held by SessionPtr: owned by what runs for it (its coroutine, or its idle wait's handler), all
+// on the worker's thread, so a plain count in the session serves: a shared_ptr would cost a
+// control block and a weak pointer (32 bytes per connection) and a locked add per copy.
+class Session : public IntrusiveListNode<Session> {
  public:
   Session(Worker& worker, io::Socket socket);
   ~Session();
 
-  // Serves requests until the connection closes. Call it on a session held by a shared_ptr.
+  // Serves requests until the connection closes. Call it on a session held by a SessionPtr.
   void Start();
 
   // Shutdown and eviction: closes the connection if it is waiting for a next request.
@@ -81,7 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
   io::Awaitable<bool> DiscardBody(BodyDecoder& body);
   io::Awaitable<void> LingeringClose();
 
-  // What the access log says about the request being served.
+  // What the access log says about the request being served. ServeOne holds it.
   struct AccessRecord {
     std::chrono::steady_clock::time_point start;
     unsigned status = 0;           // sent to the client
@@ -92,6 +99,11 @@ class Session : public std::enable_shared_from_this<Session> {
   };
   void LogAccess(const RequestHead* head, const RequestPlan* plan) const;
 
+  friend void intrusive_ptr_add_ref(Session* session) { ++session->refs_; }
+  friend void intrusive_ptr_release(Session* session) {
+    if (--session->refs_ == 0) delete session;
+  }
+
   Worker& worker_;
   // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
   io::Socket socket_;
@@ -99,16 +111,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // The deadline passed (Sweep cancels what the session awaits), and the backend connection an
   // exchange is using, cancelled with the client socket then.
   ExchangeCancel cancel_;
-  // Bytes read from the client and not yet parsed. Kept between requests while the connection is
-  // busy (the next request is read straight into it); given back once it idles (Sweep).
-  ClientBuffer buffer_;
+  // Bytes read from the client and not yet parsed: Run's (in its frame), null while no Run is.
+  // Kept between requests while the connection is busy (the next request is read straight into
+  // it); given back once it idles (Sweep).
+  ClientBuffer* buffer_ = nullptr;
   std::string client_ip_;
-  bool idle_ = false;      // waiting for the first byte of a request
   std::chrono::steady_clock::time_point idle_since_;
+  bool idle_ = false;      // waiting for the first byte of a request
   bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
   bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
-  AccessRecord record_;
+  uint32_t refs_ = 0;      // SessionPtrs held
+  AccessRecord* record_ = nullptr;  // the request being served (ServeOne's), for the access log
 };
+
+using SessionPtr = boost::intrusive_ptr<Session>;
 
 }  // namespace fencing

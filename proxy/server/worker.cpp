@@ -102,7 +102,7 @@ void Worker::BeginDrain() {
   asio::post(*ioc_, [this] {
     boost::system::error_code ec;
     acceptor_->close(ec);
-    for (Session* session : sessions_) session->CloseIfIdle();
+    sessions_.ForEach([](Session* session) { session->CloseIfIdle(); });
   });
 }
 
@@ -112,6 +112,10 @@ void Worker::Stop() {
   if (thread_.joinable()) thread_.join();
   FlushAccessLines();  // the thread has ended: its buffer is this thread's now
 }
+
+void Worker::Register(Session* session) { sessions_.PushBack(session); }
+
+void Worker::Unregister(Session* session) { session->Unlink(); }
 
 void Worker::LogAccess(const AccessEntry& entry) { CountDroppedLines(access_log_.Append(entry)); }
 
@@ -123,11 +127,11 @@ void Worker::CountDroppedLines(uint64_t dropped) {
 
 bool Worker::EvictLongestIdle() {
   Session* longest = nullptr;
-  for (Session* session : sessions_) {
+  sessions_.ForEach([&longest](Session* session) {
     if (session->idle() && !session->closing() && (!longest || session->idle_since() < longest->idle_since())) {
       longest = session;
     }
-  }
+  });
   if (!longest) return false;
   longest->CloseIfIdle();
   return true;
@@ -150,7 +154,7 @@ io::Awaitable<void> Worker::SweepIdle() {
     const auto now = std::chrono::steady_clock::now();
     size_t cooled = 0;
     // A connection idle for a whole period gives its read buffer back; a busy one keeps it.
-    for (Session* session : sessions_) cooled += session->Sweep(now, timeouts.idle, period);
+    sessions_.ForEach([&](Session* session) { cooled += session->Sweep(now, timeouts.idle, period); });
     pool_->Sweep(now, period);
     FlushAccessLines();
     // After a burst, freed coroutine frames sit in the allocator's free lists; hand them back so an
@@ -186,7 +190,7 @@ io::Awaitable<void> Worker::AcceptLoop() {
         continue;
       }
     }
-    std::make_shared<Session>(*this, std::move(socket))->Start();
+    SessionPtr(new Session(*this, std::move(socket)))->Start();
   }
 }
 

@@ -5,6 +5,7 @@
 // connections' timeouts and takes back the buffers of idle ones.
 
 #include "common/access_log.h"
+#include "common/intrusive_list.h"
 #include "common/io.h"
 #include "common/status.h"
 #include "server/raise_wait.h"
@@ -21,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,8 +115,10 @@ class Worker {
   // sweep tick, or sooner once 32 KiB have gathered.
   void LogAccess(const AccessEntry& entry);
 
-  void Register(Session* session) { sessions_.insert(session); }
-  void Unregister(Session* session) { sessions_.erase(session); }
+  // A session registers as it is made and unregisters as it is destroyed (Session's own
+  // constructor and destructor): the sweep, eviction and shutdown reach every open connection.
+  void Register(Session* session);
+  void Unregister(Session* session);
 
  private:
   io::Awaitable<void> AcceptLoop();
@@ -129,7 +131,7 @@ class Worker {
   void CountDroppedLines(uint64_t dropped);
 
   ServerShared& shared_;
-  std::set<Session*> sessions_;  // outlives the io_context: sessions unregister as it destroys them
+  IntrusiveList<Session> sessions_;  // outlives the io_context: sessions unregister as it destroys them
   RelayBuffers relay_buffers_;   // likewise outlives the sessions that lease from it
   AccessLogBuffer access_log_;   // this worker's access lines not yet handed to the log thread
   std::shared_ptr<const Runtime> runtime_;
