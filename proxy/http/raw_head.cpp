@@ -38,9 +38,8 @@ RawHeadCheck CheckFieldLine(std::string_view line) {
       return Refuse("a header name with a character that is not allowed (whitespace before ':'?)");
     }
   }
-  for (size_t i = colon + 1; i < line.size(); ++i) {
-    if (!IsValueByte(static_cast<unsigned char>(line[i]))) return Refuse("a control byte in a header value");
-  }
+  const std::string_view value = line.substr(colon + 1);
+  if (FindNonFieldValueChar(value) != value.size()) return Refuse("a control byte in a header value");
   return RawHeadCheck{};
 }
 
