@@ -1,12 +1,14 @@
 """Reload and shutdown through the real binary: SIGHUP, a changed file, a ConfigMap-style symlink
-swap, an invalid file (old routes kept, metrics say so), and SIGTERM draining an in-flight write."""
+swap, an invalid file (old routes kept, metrics say so), SIGTERM draining an in-flight write, and
+SIGTERM closing idle keep-alive connections at once."""
 
 import os
 import signal
+import socket
 import threading
 import time
 
-from harness import ProxyTestCase, metric, to_yaml, wait_for
+from harness import ProxyTestCase, metric, read_response, to_yaml, wait_for
 
 ROUTES_ENFORCE = [{"name": "orders", "prefix": "/orders"}]
 TRANSFER_VAR = "TCMALLOC_TRANSFER_NUM_OBJ"  # common/memory.h: ApplyAllocatorSettings
@@ -142,3 +144,34 @@ class LifecycleTest(ProxyTestCase):
         self.assertEqual(result["response"][0], 200, "the in-flight write completes during the drain")
         self.assertEqual(proxy.wait_exit(), 0, "SIGTERM ends with exit 0")
         self.assertEqual([r["path"] for r in self.backend.records("/orders")], ["/orders/slow"])
+
+    def test_sigterm_closes_idle_keepalive_connections_while_a_write_drains(self):
+        # Each worker keeps its connections in a list that shutdown walks: the idle ones (busy
+        # ones and cooled ones alike) are closed at once, not when the drain ends.
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE, "timeouts": {"shutdown": "10s"}},
+                                 self.backend)
+        idle = []
+        for i in range(20):
+            sock = socket.create_connection(("127.0.0.1", proxy.port))
+            sock.sendall(b"GET /orders/read-%d HTTP/1.1\r\nHost: test\r\n\r\n" % i)
+            # The backend's answer (404: nothing was written there), on a connection kept alive.
+            self.assertEqual(read_response(sock)[0], 404, "an idle connection's first request")
+            idle.append(sock)
+        time.sleep(1.5)  # some of them cool down (give their buffer back) at a sweep
+        result = {}
+
+        def slow_write():
+            result["response"] = proxy.request("PUT", "/orders/slow", 5, b"slow",
+                                               headers={"X-Demo-Delay-Ms": "4000"})
+        writer = threading.Thread(target=slow_write)
+        writer.start()
+        wait_for(lambda: proxy.fence("orders").get("inflight") == 1, what="the write in flight")
+        proxy.proc.send_signal(signal.SIGTERM)
+        for sock in idle:
+            sock.settimeout(2.0)
+            self.assertEqual(sock.recv(1), b"", "an idle connection is closed at SIGTERM")
+            sock.close()
+        self.assertTrue(writer.is_alive(), "the idle connections closed while the write still drained")
+        writer.join(15)
+        self.assertEqual(result["response"][0], 200, "the in-flight write completes during the drain")
+        self.assertEqual(proxy.wait_exit(), 0, "SIGTERM ends with exit 0")
