@@ -32,8 +32,9 @@ error_code BadByte(char c, http::error otherwise) {
 }  // namespace
 
 error_code ResponseParser::ParseHead(std::string_view data, size_t* length) {
-  // The fields point into a copy of the head at offset 0 (spans are offsets); the parse walks
-  // the caller's bytes, which stay put while the copy may grow by a folded value.
+  // The parse walks the caller's bytes and records each field as spans (offsets) of them; once
+  // the head is whole it is copied into fields_ at offset 0, where the spans then point, with
+  // the folded values after it.
   fields_.Clear();
   framing_ = FramingFields{};
   fold_.clear();
