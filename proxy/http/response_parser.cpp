@@ -1,5 +1,6 @@
 #include "http/response_parser.h"
 
+#include "http/ascii.h"
 #include "http/raw_head.h"
 #include "http/rules.h"
 
@@ -17,8 +18,6 @@ namespace {
 
 // Beast's bound on a folded value (basic_parser's max_obs_fold): longer is header_limit.
 constexpr size_t kMaxFoldedValue = 4096;
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 HeadFields::Span SpanAt(const char* base, const char* first, const char* last) {
   return HeadFields::Span{static_cast<uint32_t>(first - base), static_cast<uint32_t>(last - first)};
@@ -68,7 +67,7 @@ error_code ResponseParser::ParseHead(std::string_view data, size_t* length) {
   }
   version_ = line[7] == '1' ? 11 : 10;
   if (line.size() < 9 || line[8] != ' ') return http::error::bad_version;
-  if (line.size() < 13 || !IsDigit(line[9]) || !IsDigit(line[10]) || !IsDigit(line[11]) || line[12] != ' ') {
+  if (line.size() < 13 || !IsAsciiDigit(line[9]) || !IsAsciiDigit(line[10]) || !IsAsciiDigit(line[11]) || line[12] != ' ') {
     return http::error::bad_status;
   }
   status_ = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));

@@ -126,17 +126,23 @@ class LifecycleTest(ProxyTestCase):
         wait_for(lambda: self.stale_status(proxy) == 200, timeout=4.0,
                  what="the swapped ConfigMap to be applied")
 
-    def test_sigterm_drains_an_inflight_write_and_exits_zero(self):
-        proxy = self.start_proxy({"routes": ROUTES_ENFORCE, "timeouts": {"shutdown": "5s"}},
-                                 self.backend)
+    def start_slow_write(self, proxy, delay_ms):
+        """A write held by the backend for delay_ms, in flight once this returns; returns its
+        thread and the dict its response lands in ("response")."""
         result = {}
 
         def slow_write():
             result["response"] = proxy.request("PUT", "/orders/slow", 5, b"slow",
-                                               headers={"X-Demo-Delay-Ms": "1000"})
+                                               headers={"X-Demo-Delay-Ms": str(delay_ms)})
         writer = threading.Thread(target=slow_write)
         writer.start()
         wait_for(lambda: proxy.fence("orders").get("inflight") == 1, what="the write in flight")
+        return writer, result
+
+    def test_sigterm_drains_an_inflight_write_and_exits_zero(self):
+        proxy = self.start_proxy({"routes": ROUTES_ENFORCE, "timeouts": {"shutdown": "5s"}},
+                                 self.backend)
+        writer, result = self.start_slow_write(proxy, 1000)
         proxy.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: proxy.admin("GET", "/readyz")[0] == 503, timeout=2.0,
                  what="/readyz to turn 503 while draining")
@@ -158,14 +164,7 @@ class LifecycleTest(ProxyTestCase):
             self.assertEqual(read_response(sock)[0], 404, "an idle connection's first request")
             idle.append(sock)
         time.sleep(1.5)  # some of them cool down (give their buffer back) at a sweep
-        result = {}
-
-        def slow_write():
-            result["response"] = proxy.request("PUT", "/orders/slow", 5, b"slow",
-                                               headers={"X-Demo-Delay-Ms": "4000"})
-        writer = threading.Thread(target=slow_write)
-        writer.start()
-        wait_for(lambda: proxy.fence("orders").get("inflight") == 1, what="the write in flight")
+        writer, result = self.start_slow_write(proxy, 4000)
         proxy.proc.send_signal(signal.SIGTERM)
         for sock in idle:
             sock.settimeout(2.0)
