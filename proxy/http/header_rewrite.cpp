@@ -90,8 +90,8 @@ class HeadWriter {
     Put("\r\n");
   }
   // Decimal, as std::to_string writes it.
-  void Decimal(unsigned n) {
-    char digits[10];  // 2^32-1
+  void Decimal(uint64_t n) {
+    char digits[20];  // 2^64-1
     char* first = digits + sizeof digits;
     do {
       *--first = static_cast<char>('0' + n % 10);
@@ -120,9 +120,7 @@ constexpr size_t FieldLineSize(std::string_view name, std::string_view value) { 
 struct FieldFacts {
   bool connection = false;  // a Connection field names more hop-by-hop fields
   bool host = false;
-  bool transfer_encoding = false;
-  std::string_view content_length;  // empty: none
-  size_t lines = 0;                 // the bytes of all field lines: what copying them all would take
+  size_t lines = 0;         // the bytes of all field lines: what copying them all would take
 };
 
 template <typename FieldList>
@@ -133,8 +131,6 @@ FieldFacts ScanFields(const FieldList& from) {
     switch (field.name()) {
       case http::field::connection: facts.connection = true; break;
       case http::field::host: facts.host = true; break;
-      case http::field::transfer_encoding: facts.transfer_encoding = true; break;
-      case http::field::content_length: facts.content_length = field.value(); break;
       default: break;
     }
   }
@@ -177,18 +173,32 @@ void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const O
   }
 }
 
-// The longest framing line either writer adds: Content-Length with the copied value, or chunked.
+// The longest framing line either writer adds: a Content-Length of 20 digits, or chunked.
 constexpr std::string_view kChunkedLine = "Transfer-Encoding: chunked\r\n";
-size_t FramingLineBound(std::string_view content_length) {
-  return std::max(FieldLineSize("Content-Length", content_length), kChunkedLine.size());
+constexpr size_t kFramingLineBound = std::max(FieldLineSize("Content-Length", "18446744073709551615"), kChunkedLine.size());
+
+void WriteFraming(NextHopFraming framing, HeadWriter& out) {
+  if (framing.kind == BodyFraming::kLength) {
+    out.Put("Content-Length: ");
+    out.Decimal(framing.length);
+    out.Put("\r\n");
+  } else if (framing.kind == BodyFraming::kChunked) {
+    out.Put(kChunkedLine);
+  }
 }
 
 }  // namespace
 
+NextHopFraming UpstreamRequestFraming(const RequestHead& client, std::optional<uint64_t> whole) {
+  if (client.chunked()) return whole ? NextHopFraming::Length(*whole) : NextHopFraming::Chunked();
+  if (auto length = client.content_length()) return NextHopFraming::Length(*length);
+  return NextHopFraming::None();
+}
+
 // Each head is sized before it is written: the request line or status line, every field line
 // of the message being relayed (those left out only make it shorter; each X-Forwarded-For value
 // with its ", " is shorter than its line), then what is added. One allocation, no growth.
-std::string UpstreamRequestHead(const RequestHead& client, std::string_view origin_target,
+std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framing, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored) {
   const FieldFacts facts = ScanFields(client);
@@ -196,7 +206,7 @@ std::string UpstreamRequestHead(const RequestHead& client, std::string_view orig
   const size_t bound = method.size() + 1 + origin_target.size() + sizeof(" HTTP/1.1\r\n") - 1 + facts.lines +
                        FieldLineSize("X-Forwarded-For", client_ip) +
                        FieldLineSize("Host", host.size() > backend_host.size() ? host : backend_host) +
-                       FramingLineBound(facts.content_length) + 2;
+                       kFramingLineBound + 2;
   std::string head;
   HeadWriter out(head, bound);
   out.Put(method);
@@ -220,11 +230,7 @@ std::string UpstreamRequestHead(const RequestHead& client, std::string_view orig
   } else if (!facts.host) {
     out.Field("Host", backend_host);
   }
-  if (!facts.content_length.empty()) {
-    out.Field("Content-Length", facts.content_length);
-  } else if (facts.transfer_encoding) {
-    out.Put("Transfer-Encoding: chunked\r\n");  // framing checks allow exactly "chunked" only
-  }
+  WriteFraming(framing, out);
   // Keep-alive to the backend is the default in HTTP/1.1: no Connection field needed.
   out.Put("\r\n");
   out.Finish();
@@ -232,10 +238,10 @@ std::string UpstreamRequestHead(const RequestHead& client, std::string_view orig
 }
 
 std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,
-                               unsigned client_version, BodyFraming framing, bool keep_alive) {
+                               unsigned client_version, NextHopFraming framing, bool keep_alive) {
   const FieldFacts facts = ScanFields(fields);
   const size_t bound = sizeof("HTTP/1.1 4294967295 \r\n") - 1 + reason.size() + facts.lines +
-                       FramingLineBound(facts.content_length) + sizeof("Connection: keep-alive\r\n") - 1 + 2;
+                       kFramingLineBound + sizeof("Connection: keep-alive\r\n") - 1 + 2;
   std::string head;
   HeadWriter out(head, bound);
   out.Put(client_version >= 11 ? std::string_view("HTTP/1.1 ") : std::string_view("HTTP/1.0 "));
@@ -244,11 +250,7 @@ std::string ClientResponseHead(unsigned status, std::string_view reason, const H
   out.Put(reason);
   out.Put("\r\n");
   WriteEndToEndFields(fields, facts, Omit{}, nullptr, out);
-  if (framing == BodyFraming::kLength) {
-    out.Field("Content-Length", facts.content_length);
-  } else if (framing == BodyFraming::kChunked) {
-    out.Put("Transfer-Encoding: chunked\r\n");
-  }
+  WriteFraming(framing, out);
   if (client_version >= 11 && !keep_alive) out.Put("Connection: close\r\n");
   if (client_version < 11 && keep_alive) out.Put("Connection: keep-alive\r\n");
   out.Put("\r\n");

@@ -27,7 +27,7 @@ std::string ProblemJson(const Problem& problem) {
 }
 
 http::response<http::string_body> MakeProblemResponse(const Problem& problem, unsigned http_version,
-                                                      bool keep_alive) {
+                                                      bool keep_alive, bool head_request) {
   http::response<http::string_body> response{problem.status, http_version};
   response.set(http::field::content_type, "application/problem+json");
   response.set(http::field::cache_control, "no-store");
@@ -38,6 +38,7 @@ http::response<http::string_body> MakeProblemResponse(const Problem& problem, un
   response.body() = ProblemJson(problem);
   response.keep_alive(keep_alive);
   response.prepare_payload();
+  if (head_request) response.body().clear();  // Content-Length stays: what a GET would get
   return response;
 }
 

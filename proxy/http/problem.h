@@ -42,6 +42,7 @@ namespace fencing {
   X(kMissingToken, "missing-token", "Fencing token required", precondition_required)                      \
   X(kHeaderTooLarge, "header-too-large", "Request header too large", request_header_fields_too_large)     \
   X(kUpstreamUnavailable, "upstream-unavailable", "Backend unreachable", bad_gateway)                     \
+  X(kUpstreamInvalid, "upstream-invalid-response", "Backend response refused", bad_gateway)              \
   X(kStateUnavailable, "state-unavailable", "Fence state unavailable", service_unavailable)               \
   X(kFenceKeyLimit, "fence-key-limit", "Too many fence keys", service_unavailable)                       \
   X(kLockServiceUnavailable, "lock-service-unavailable", "Lock service unavailable", service_unavailable) \
@@ -97,7 +98,9 @@ inline Problem MakeProblem(ProblemType type, std::string detail) {
 std::string ProblemJson(const Problem& problem);
 
 // The full response; 409 carries X-Fencing-Token-Max, retry_after a Retry-After. keep_alive false adds Connection: close.
+// head_request: the answer to a HEAD request has the same head (its Content-Length the length
+// the body would have) and no body (RFC 9110 9.3.2): a body would be read as the next response.
 boost::beast::http::response<boost::beast::http::string_body> MakeProblemResponse(
-    const Problem& problem, unsigned http_version, bool keep_alive);
+    const Problem& problem, unsigned http_version, bool keep_alive, bool head_request = false);
 
 }  // namespace fencing

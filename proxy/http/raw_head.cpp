@@ -1,5 +1,6 @@
 #include "http/raw_head.h"
 
+#include "http/ascii.h"
 #include "http/rules.h"
 
 #include <cstring>
@@ -76,6 +77,43 @@ size_t FindHeadEnd(std::string_view data, size_t* scanned) {
   }
   *scanned = size;
   return 0;
+}
+
+size_t LeadingEmptyLines(std::string_view data) {
+  size_t at = 0;
+  while (at + 1 < data.size() && data[at] == '\r' && data[at + 1] == '\n') at += 2;
+  return at;
+}
+
+RawHeadCheck CheckRequestLineStart(std::string_view partial) {
+  const size_t end = partial.find_first_of("\r\n");
+  if (end != std::string_view::npos) return CheckRequestLine(partial.substr(0, end));
+  if (partial.empty()) return RawHeadCheck{};
+  if (partial.front() == ' ' || partial.front() == '\t') return Refuse("whitespace before the request line");
+  // METHOD SP TARGET SP VERSION, as far as it has come.
+  int part = 0;
+  size_t part_start = 0;
+  for (size_t i = 0; i < partial.size(); ++i) {
+    const auto c = static_cast<unsigned char>(partial[i]);
+    if (c == ' ') {
+      if (++part == 3 || i == part_start) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+      part_start = i + 1;
+      continue;
+    }
+    if (c < 0x21 || c >= 0x7f) return Refuse("a control, tab or non-ASCII byte in the request line");
+    if (part == 0 && !IsTokenByte(c)) return Refuse("a method that is not an RFC 9110 token");
+  }
+  if (part == 2) {
+    // The version so far must be a beginning of HTTP/d.d.
+    constexpr std::string_view kShape = "HTTP/0.0";
+    const std::string_view version = partial.substr(part_start);
+    if (version.size() > kShape.size()) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+    for (size_t i = 0; i < version.size(); ++i) {
+      const bool fits = kShape[i] == '0' ? IsAsciiDigit(version[i]) : version[i] == kShape[i];
+      if (!fits) return Refuse("a request line whose version is not HTTP/d.d");
+    }
+  }
+  return RawHeadCheck{};
 }
 
 RawHeadCheck CheckRawHead(std::string_view head) {

@@ -30,4 +30,16 @@ struct RawHeadCheck {
 // head: exactly what FindHeadEnd measured (so a head cut short at a bare CR or LF is refused).
 RawHeadCheck CheckRawHead(std::string_view head);
 
+// The bytes of the empty lines (CRLF) that `data` starts with: a server ignores them before a
+// request line (RFC 9112 2.2; a client may send one after a POST body). A lone CR at the end is
+// not counted (its LF may still come).
+size_t LeadingEmptyLines(std::string_view data);
+
+// A head still arriving (FindHeadEnd found no end yet): refused at once when its request line,
+// as far as it has come, can never become valid: a first byte that cannot start a method (a NUL,
+// a space, a TLS handshake's 0x16), a byte that cannot be in a method, a control byte or a third
+// space in the line, or a version that cannot become HTTP/d.d. A complete request line is checked
+// as CheckRawHead checks it. Without this, such a request would wait out timeouts.header_read.
+RawHeadCheck CheckRequestLineStart(std::string_view partial);
+
 }  // namespace fencing

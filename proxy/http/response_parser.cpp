@@ -58,7 +58,9 @@ error_code ResponseParser::ParseHead(std::string_view data, size_t* length) {
     return lf - 1;
   };
 
-  // The status line: HTTP/1.0 or HTTP/1.1, SP, three digits, SP, the reason (may be empty).
+  // The status line: HTTP/1.0 or HTTP/1.1, SP, three digits, SP, the reason (may be empty). The
+  // SP before an empty reason may be missing too ("HTTP/1.1 200"): RFC 9112 4 asks a client to
+  // accept that, and nginx relays it (Beast refuses it).
   const char* line_end = line_at(base);
   if (line_end == nullptr) return ec;
   const std::string_view line(base, static_cast<size_t>(line_end - base));
@@ -67,12 +69,13 @@ error_code ResponseParser::ParseHead(std::string_view data, size_t* length) {
   }
   version_ = line[7] == '1' ? 11 : 10;
   if (line.size() < 9 || line[8] != ' ') return http::error::bad_version;
-  if (line.size() < 13 || !IsAsciiDigit(line[9]) || !IsAsciiDigit(line[10]) || !IsAsciiDigit(line[11]) || line[12] != ' ') {
+  if (line.size() < 12 || !IsAsciiDigit(line[9]) || !IsAsciiDigit(line[10]) || !IsAsciiDigit(line[11]) ||
+      (line.size() > 12 && line[12] != ' ')) {
     return http::error::bad_status;
   }
   status_ = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
   if (status_ < 100) return http::error::bad_status;
-  const std::string_view reason = line.substr(13);
+  const std::string_view reason = line.size() > 12 ? line.substr(13) : line.substr(12);
   if (size_t bad = FindNonFieldValueChar(reason); bad != reason.size()) return BadByte(reason[bad], http::error::bad_reason);
   reason_ = SpanAt(base, reason.data(), reason.data() + reason.size());
 

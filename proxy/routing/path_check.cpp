@@ -18,7 +18,43 @@ constexpr std::array<bool, 256> kPathByteToLookAt = [] {
   return table;
 }();
 
+// Percent-escapes a path may not hold, by the byte they decode to, each with the reason: the one
+// place that lists them. A backend that decodes before it routes (or before it strips path
+// parameters) reads the decoded byte where the proxy read an escape.
+struct RefusedEscape {
+  const char* bytes;  // the decoded bytes refused for this reason ("" with `unreserved`/`control`)
+  bool control;       // every control byte (0x00-0x1f, 0x7f)
+  bool unreserved;    // every unreserved character (RFC 3986: A-Z a-z 0-9 - . _ ~)
+  const char* reason;
+};
+constexpr RefusedEscape kRefusedEscapes[] = {
+    {"/\\", false, false, "the path has an encoded slash or backslash"},
+    // Servlet containers and Spring decode the path before they strip ";params": "/orders%3Bx/1"
+    // is "/orders;x/1" there, that is "/orders/1", while here it matches no route (Spring
+    // Security's firewall refuses encoded semicolons for this reason).
+    {";", false, false, "the path has an encoded ';' (a Servlet-style backend reads it as a path parameter)"},
+    {"", true, false, "the path has an encoded control byte"},
+    // Encoding an unreserved character changes nothing for a backend that normalises, so an
+    // encoded one can only be an attempt to dodge prefix matching ("%6Frders", "%2e%2e").
+    {"", false, true, "the path percent-encodes an unreserved character (such as %2e)"},
+};
+
+// The reason an escape decoding to each byte is refused, or null: kRefusedEscapes as a table.
+constexpr std::array<const char*, 256> kEscapeRefusal = [] {
+  std::array<const char*, 256> table{};
+  for (const RefusedEscape& refused : kRefusedEscapes) {
+    for (int c = 0; c < 256; ++c) {
+      bool hit = (refused.control && (c < 0x20 || c == 0x7f)) || (refused.unreserved && IsUnreserved(static_cast<char>(c)));
+      for (const char* b = refused.bytes; *b; ++b) hit = hit || static_cast<unsigned char>(*b) == c;
+      if (hit && table[c] == nullptr) table[c] = refused.reason;
+    }
+  }
+  return table;
+}();
+
 }  // namespace
+
+const char* RefusedEscapeReason(unsigned char decoded) { return kEscapeRefusal[decoded]; }
 
 TargetCheck CheckRequestTarget(std::string_view target) {
   // Absolute-form: set the authority aside, route by the path ("http://h" alone means "/").
@@ -67,13 +103,7 @@ TargetCheck CheckRequestTarget(std::string_view target) {
       int lo = HexValue(path[i + 2]);
       if (hi < 0 || lo < 0) return Refuse("the path has a malformed percent escape");
       unsigned char decoded = static_cast<unsigned char>(hi * 16 + lo);
-      if (decoded == '/' || decoded == '\\') return Refuse("the path has an encoded slash or backslash");
-      if (decoded == 0 || decoded < 0x20 || decoded == 0x7f) return Refuse("the path has an encoded control byte");
-      // Percent-encoding an unreserved character changes nothing for a backend that normalises,
-      // so an encoded one can only be an attempt to dodge prefix matching.
-      if (IsUnreserved(static_cast<char>(decoded))) {
-        return Refuse("the path percent-encodes an unreserved character (such as %2e)");
-      }
+      if (const char* reason = kEscapeRefusal[decoded]) return Refuse(reason);
       // "%252e" is "%2e" to a backend that decodes twice: an encoded '%' starting an escape.
       if (decoded == '%' && i + 4 < path.size() && HexValue(path[i + 3]) >= 0 && HexValue(path[i + 4]) >= 0) {
         return Refuse("the path has a double-encoded escape (such as %252e)");

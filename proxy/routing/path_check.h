@@ -17,8 +17,13 @@ struct TargetCheck {
 // Accepts origin-form ("/a/b?q") and absolute-form ("http://host/a/b?q"; routed by its path, its
 // authority given apart).
 // Refuses: empty or other forms, "." and ".." segments, empty segments ("//"), backslashes,
-// "%2e" "%2f" "%5c" "%00" and any percent-encoded unreserved character (a backend may decode
-// "%6Frders" to "orders"), malformed percent escapes, control bytes, spaces and '#'.
+// the escapes RefusedEscapeReason lists ("%2f" "%5c" "%3b", control bytes, any unreserved
+// character: a backend may decode "%6Frders" to "orders"), double-encoded escapes ("%252e"),
+// malformed percent escapes, control bytes, spaces and '#'.
 TargetCheck CheckRequestTarget(std::string_view target);
+
+// Why a percent-escape in a path that decodes to `decoded` is refused, or null when it is not
+// (path_check.cpp's kRefusedEscapes is the list, with the reason for each).
+const char* RefusedEscapeReason(unsigned char decoded);
 
 }  // namespace fencing

@@ -112,6 +112,12 @@ Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
   if (cancel_.timed_out) {
     return MakeProblem(ProblemType::kUpstreamTimeout, "the backend did not answer within timeouts.request");
   }
+  // A response the parser refused (malformed, ambiguous, unsolicited): the backend answered
+  // something no client may be handed. end_of_stream and partial_message are the backend's close.
+  if (ec.category() == http::make_error_code(http::error::bad_version).category() &&
+      ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    return MakeProblem(ProblemType::kUpstreamInvalid, "the backend's response was refused: " + ec.message());
+  }
   return MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached or closed the connection without an answer: " + ec.message());
 }
 
@@ -164,7 +170,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
   boost::system::error_code ec;
   // A pooled connection is taken without a coroutine of its own (the usual case); a new one
   // needs a connect.
-  std::unique_ptr<UpstreamConnection> upstream = pool_.TakeIdle(!request.idempotent);
+  std::unique_ptr<UpstreamConnection> upstream = pool_.TakeIdle();
   if (!upstream) upstream = co_await pool_.Connect(ec);
   if (!upstream) {
     Fail(result, ec);
@@ -172,6 +178,9 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
   }
   cancel_.upstream = upstream.get();
 
+  // A byte of a response came on the current connection: the backend has read the request, so
+  // it is never sent again (a response that could not be read is a 502, not a reason to resend).
+  bool answered = false;
   for (;;) {
     ++result.attempts;
     // Only a pooled connection can have gone stale unnoticed; only the first attempt is retried;
@@ -211,17 +220,26 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         if (request.head_request) response_parser->skip(true);
         // (the parser stops at the end of the head: it is not eager)
         ec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);
+        answered = answered || response_parser->got_some();
         if (ec) break;
         const unsigned status = response_parser->status();
-        if (status / 100 != 1 || status == 101) break;
+        if (status == 101) {
+          // The proxy forwards no Upgrade field, so nobody asked to switch protocols: what follows
+          // on the connection is not HTTP the proxy could frame. 502, and the connection closes.
+          result.upstream_status = status;
+          ec = http::error::bad_status;
+          break;
+        }
+        if (status / 100 != 1) break;
       }
       if (!ec) {
         co_await Relay(request, std::move(upstream), response_parser, result);
         co_return result;
       }
     }
-    // The request may have reached the backend: resent only when repeating it is harmless.
-    if (request.idempotent && may_resend && body.whole() && !cancel_.timed_out) {
+    // The request may have reached the backend: resent only when repeating it is harmless, and
+    // only when the backend closed or reset the connection without a byte of answer.
+    if (request.idempotent && may_resend && body.whole() && !cancel_.timed_out && !answered) {
       upstream = co_await Reconnect(ec);
       if (!upstream) break;
       continue;
@@ -229,6 +247,9 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
     break;
   }
   Fail(result, ec);
+  if (result.upstream_status == 101) {
+    result.problem->detail = "the backend switched protocols (101) though no upgrade was asked for";
+  }
   co_return result;
 }
 
@@ -241,19 +262,20 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
   const bool upstream_keep_alive = response_parser->keep_alive();
   result.keep_alive = request.client_keep_alive;
 
-  // Framing for the client: the backend's Content-Length when it sent one; otherwise chunked to
-  // an HTTP/1.1 client and close-delimited to an HTTP/1.0 one.
-  BodyFraming framing = BodyFraming::kNone;
-  if (response_parser->content_length()) {
-    framing = BodyFraming::kLength;
+  // Framing for the client, written by the proxy: the length the backend's Content-Length said
+  // (in plain decimal, whatever its spelling); otherwise chunks the proxy encodes to an HTTP/1.1
+  // client, and the close to an HTTP/1.0 one.
+  NextHopFraming framing = NextHopFraming::None();
+  if (auto length = response_parser->content_length()) {
+    framing = NextHopFraming::Length(*length);
   } else if (!no_body) {
-    framing = request.client_version >= 11 ? BodyFraming::kChunked : BodyFraming::kClose;
-    if (framing == BodyFraming::kClose) result.keep_alive = false;
+    framing = request.client_version >= 11 ? NextHopFraming::Chunked() : NextHopFraming::Close();
+    if (framing.kind == BodyFraming::kClose) result.keep_alive = false;
   }
   const std::string client_head =
       ClientResponseHead(status, response_parser->reason(), response_parser->fields(), request.client_version, framing,
                          result.keep_alive);
-  const bool chunked_response = framing == BodyFraming::kChunked;
+  const bool chunked_response = framing.kind == BodyFraming::kChunked;
 
   bool response_started = false;
   for (;;) {

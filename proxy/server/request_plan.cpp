@@ -115,6 +115,13 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime) {
     return Reject(Outcome::kRejectedRequest,
                   MakeProblem(ProblemType::kMethodNotAllowed, "CONNECT is not proxied"), true);
   }
+  // TRACE echoes the request back, credentials and cookies included (cross-site tracing); nginx
+  // answers it 405 too. The method is refused whatever the route.
+  if (head.method() == http::verb::trace) {
+    return Reject(Outcome::kRejectedRequest,
+                  MakeProblem(ProblemType::kMethodNotAllowed,
+                              "TRACE is not proxied: it would echo the request, credentials included, to the client"));
+  }
   if (counts.upgrades > 0) {
     // A switched protocol would carry writes the fence never sees.
     return Reject(Outcome::kRejectedRequest,

@@ -241,9 +241,12 @@ io::Awaitable<bool> Session::ServeOne() {
   record_ = &record;
   RequestHead head;
   bool parsed = false;
+  head_request_ = false;
   std::optional<Problem> head_problem = co_await ReadHead(config, head, &parsed);
   if (!parsed) {
     if (head_problem) {
+      // A head refused before it was read: answered without a body when it began as HEAD's.
+      head_request_ = std::string_view(static_cast<const char*>(buffer_->data().data()), buffer_->size()).starts_with("HEAD ");
       runtime->unmatched_metrics().Count(Outcome::kRejectedRequest);
       linger_ = true;
       co_await WriteProblem(*head_problem, 11, false);
@@ -252,6 +255,7 @@ io::Awaitable<bool> Session::ServeOne() {
     co_return false;
   }
   ClearDeadline();  // header_read is over
+  head_request_ = head.method() == http::verb::head;
 
   RequestPlan plan = PlanRequest(head, *runtime);
   BodyDecoder decoder = DecoderFor(head, config.limits.max_body_bytes);
@@ -408,10 +412,21 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   SetDeadline(Clock::now() + config.timeouts.header_read);
   size_t scanned = 0;
   size_t head_length = 0;
+  size_t empty_lines = 0;  // bytes of empty lines skipped before the request line (RFC 9112 2.2)
   for (;;) {
     std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
+    if (scanned == 0 && bytes.starts_with('\r')) {
+      const size_t skip = LeadingEmptyLines(bytes);
+      buffer_->consume(skip);
+      bytes.remove_prefix(skip);
+      empty_lines += skip;
+    }
     head_length = FindHeadEnd(bytes, &scanned);
-    if (head_length != 0 || buffer_->size() > limit) break;
+    if (head_length != 0 || buffer_->size() + empty_lines > limit) break;
+    // A request line that can never become valid is answered now, not at header_read.
+    if (RawHeadCheck start = CheckRequestLineStart(bytes); !start.ok) {
+      co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + start.reason);
+    }
     auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);
     if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
     buffer_->commit(n);
@@ -477,13 +492,15 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   // off) in bounded time, or a raise waiting for it would wait forever.
   SetDeadline(started + config.timeouts.request);
 
-  // Request head for the backend, framed like the client's body (Content-Length or chunked).
+  // Request head for the backend, framed by the proxy (never the client's framing bytes).
+  const NextHopFraming framing =
+      UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
   const std::string upstream_head =
-      UpstreamRequestHead(head, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
+      UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
                           plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop);
   ExchangeRequest request;
   request.head = upstream_head;
-  request.chunked = body.decoder().chunked();
+  request.chunked = framing.kind == BodyFraming::kChunked;
   request.idempotent = IsIdempotentMethod(head.method_string());
   request.head_request = head.method() == http::verb::head;
   request.client_version = head.version();
@@ -527,7 +544,8 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
                     !worker_.shared().draining.load(std::memory_order_relaxed);
   bool discard = false;
   if (body_pending && keep_alive) {
-    discard = !ExpectsContinue(head) && !body.chunked() && body.remaining_known() <= kDiscardLimit;
+    // The whole declared length counts, not what is left of it: the limit is on the body.
+    discard = !ExpectsContinue(head) && !body.chunked() && head.content_length().value_or(0) <= kDiscardLimit;
     keep_alive = discard;
   }
   const auto& config = worker_.runtime()->config();
@@ -544,7 +562,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
 
 io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
   record_->status = static_cast<unsigned>(problem.status);
-  auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive);
+  auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive, head_request_);
   auto [ec, n] = co_await http::async_write(socket_, response, kTuple);
   co_return !ec && keep_alive;
 }

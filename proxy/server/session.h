@@ -121,6 +121,7 @@ class Session : public IntrusiveListNode<Session> {
   bool closing_ = false;   // CloseIfIdle ran: the slot is on its way back
   bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
+  bool head_request_ = false;  // the request being served is a HEAD: the proxy's answers have no body
   uint32_t refs_ = 0;      // SessionPtrs held
   AccessRecord* record_ = nullptr;  // the request being served (ServeOne's), for the access log
 };

@@ -20,26 +20,26 @@ UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> end
 
 UpstreamPool::~UpstreamPool() = default;
 
-io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec, bool verify) {
-  if (auto connection = TakeIdle(verify)) co_return connection;
+io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
+  if (auto connection = TakeIdle()) co_return connection;
   co_return co_await Connect(ec);
 }
 
-std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle(bool verify) {
+std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle() {
   while (!idle_.empty()) {
     std::unique_ptr<UpstreamConnection> connection = std::move(idle_.back().connection);
     // Stop watching for the backend's close; the aborted wait completes without touching it.
     boost::system::error_code ignored;
     if (idle_.back().watched) connection->socket.cancel(ignored);
     idle_.pop_back();
-    if (verify && !StillOpen(*connection)) continue;  // closed meanwhile: dropped, try the next
+    if (!Silent(*connection)) continue;  // spoke or closed meanwhile: closed, try the next
     connection->reused = true;
     return connection;
   }
   return nullptr;
 }
 
-bool UpstreamPool::StillOpen(UpstreamConnection& connection) {
+bool UpstreamPool::Silent(UpstreamConnection& connection) {
   char byte;
   ssize_t n = ::recv(connection.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);

@@ -30,20 +30,26 @@ class UpstreamPool {
                std::chrono::milliseconds connect_timeout, size_t max_idle);
   ~UpstreamPool();
 
-  // An idle pooled connection, or a new one (connect bounded by connect_timeout). On failure,
-  // returns null and sets ec. verify: make sure first that a pooled connection is still open
-  // (one non-blocking peek, a syscall): for a request that must not be resent once it may have
-  // reached the backend, a connection the backend has already closed must not be used at all.
-  io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec, bool verify = false);
+  // An idle pooled connection that is known clean, or a new one (connect bounded by
+  // connect_timeout). On failure, returns null and sets ec.
+  io::Awaitable<std::unique_ptr<UpstreamConnection>> Acquire(boost::system::error_code& ec);
 
-  // Acquire's first half, with no coroutine: an idle pooled connection (verified as above when
-  // asked), or null when there is none.
-  std::unique_ptr<UpstreamConnection> TakeIdle(bool verify);
+  // Acquire's first half, with no coroutine: an idle pooled connection, or null when there is
+  // none. A pooled connection is given out only when it is known clean: its last response ended
+  // exactly at its framing (Release) and nothing has arrived on it since, checked now with one
+  // non-blocking peek (a syscall). A connection the backend wrote to while it idled (stray bytes
+  // of a response that said more than its framing, an unsolicited response, its close) is out of
+  // step with the backend: the next request would read those bytes as its answer, release its
+  // fence admission while the backend still runs it, or be sent twice. It is closed instead.
+  // (An idle watch alone cannot promise this: a byte that arrives just before the take, whose
+  // handler has not run yet, would go unseen.)
+  std::unique_ptr<UpstreamConnection> TakeIdle();
 
   // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
   io::Awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
 
-  // Gives back a connection whose last exchange ended cleanly and which may be kept alive.
+  // Gives back a connection whose last exchange ended cleanly and which may be kept alive; one
+  // with a byte read beyond the end of its response is closed, never pooled.
   void Release(std::unique_ptr<UpstreamConnection> connection);
 
   // Called by the worker's periodic sweep: connections idle for at least watch_after start
@@ -51,22 +57,28 @@ class UpstreamPool {
   void Sweep(std::chrono::steady_clock::time_point now, std::chrono::milliseconds watch_after);
 
   size_t idle_count() const { return idle_.size(); }
+  // The sockets of the idle connections, most recently used last: for tests that wait for a
+  // backend's close or stray bytes to arrive on one before they take it.
+  std::vector<int> idle_handles() {
+    std::vector<int> handles;
+    for (Idle& idle : idle_) handles.push_back(idle.connection->socket.native_handle());
+    return handles;
+  }
 
  private:
   struct Idle {
     uint64_t id;
     std::unique_ptr<UpstreamConnection> connection;
     std::chrono::steady_clock::time_point since;
-    // An idle connection must stay silent; if it becomes readable, the backend closed it and it
-    // is dropped before a request can fail on it. The watch costs a syscall (an epoll_ctl), so a
-    // connection reused within a sweep period is not watched: the exchange's resend rule
-    // (server/exchange.h) covers it, and a non-idempotent request checks it first (Acquire's
-    // verify).
+    // An idle connection must stay silent; if it becomes readable, the backend closed it (or
+    // wrote out of turn) and it is dropped, its descriptor freed without waiting for a request.
+    // The watch costs a syscall (an epoll_ctl), so a connection reused within a sweep period is
+    // not watched: TakeIdle's peek is what keeps a request off a connection that spoke.
     bool watched = false;
   };
   void WatchIdle(Idle& idle);
-  // False when the backend has closed the connection (or sent bytes nobody asked for).
-  static bool StillOpen(UpstreamConnection& connection);
+  // True when nothing has arrived on the connection since its last response: no byte, no close.
+  static bool Silent(UpstreamConnection& connection);
   void DropIdle(uint64_t id);
 
   boost::asio::io_context& ioc_;

@@ -10,10 +10,19 @@ times a request was sent to it.
                                                          # whole, then the connection is closed
     backend = RawBackend("read_then_close", nth=2, delay=2.5)   # ... 2.5 s after reading it
     backend = RawBackend("record")                       # never answers; only records
+    backend = RawBackend("scripted", respond=fn)         # fn(request) -> [(delay_s, bytes)...]:
+                                                         # each piece sent `delay_s` after the one
+                                                         # before it (None instead of bytes: close)
+    backend = RawBackend("answer", octal_lengths=True)   # a lenient parser: a Content-Length with
+                                                         # a leading 0 is read as octal ("0300" is
+                                                         # 192), as OpenLiteSpeed before 1.7.18 did
 
 backend.port, backend.url, backend.connections() (the bytes of each connection), received() (all
 of them), received_since(snapshot) (what arrived after an earlier connections()), count(bytes),
 requests() (the parsed requests), quiet() (waits until nothing has arrived for a while), stop().
+Each Request also records when the backend had it whole (`started`, time.monotonic()), what the
+backend sent in answer (`sent`: [(time, bytes)...]) and when it was done answering (`ended`, and
+the event `done`); sent_log() lists every piece sent, on every connection.
 Tests start it with harness.ProxyTestCase.start_raw_backend, which stops it in cleanup. Python standard library only, 127.0.0.1 only, and every wait is
 bounded: a connection thread gives up after CONNECTION_LIFETIME seconds, stop() joins with a
 timeout.
@@ -26,7 +35,7 @@ import time
 POLL = 0.05                # seconds between checks of the stop flag while blocked on a socket
 CONNECTION_LIFETIME = 60.0  # a connection thread never outlives this
 MAX_HEAD = 1 << 20          # a head larger than this is not parsed (only recorded)
-SCRIPTS = ("answer", "read_then_close", "record")
+SCRIPTS = ("answer", "read_then_close", "record", "scripted")
 
 
 class Request:
@@ -35,6 +44,11 @@ class Request:
     def __init__(self, connection, index, head, body):
         self.connection, self.index = connection, index  # 0-based, and 1-based within it
         self.head, self.body = head, body
+        self.started = time.monotonic()  # when the backend had it whole
+        self.ended = None                # when the backend was done answering it
+        self.sent = []                   # [(time.monotonic() before the send, bytes)] sent
+                                         # in answer to it
+        self.done = threading.Event()    # set once it was answered (or will never be)
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         self.method = parts[0]
@@ -61,9 +75,10 @@ class _Unparseable(Exception):
     pass
 
 
-def _parse_one(data):
+def _parse_one(data, octal_lengths=False):
     """(head, body, consumed) for the first complete request in data; raises _Incomplete when
-    more bytes are needed, _Unparseable when the framing makes no sense (then only record)."""
+    more bytes are needed, _Unparseable when the framing makes no sense (then only record).
+    octal_lengths: a Content-Length with a leading 0 is octal (a lenient backend's rule)."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         if len(data) > MAX_HEAD:
@@ -78,7 +93,12 @@ def _parse_one(data):
         if name == b"content-length":
             if not value.isdigit():
                 raise _Unparseable()
-            length = int(value)
+            if octal_lengths and len(value) > 1 and value.startswith(b"0"):
+                # As far as the octal digits go (an 8 or a 9 ends the number).
+                octal = value[:len(value) - len(value.lstrip(b"01234567"))]
+                length = int(octal, 8)
+            else:
+                length = int(value)
         elif name == b"transfer-encoding" and b"chunked" in value.lower():
             chunked = True
     if chunked:
@@ -117,14 +137,24 @@ class RawBackend:
 
     script: "answer" (every request gets 200 with a small Content-Length body, keep-alive),
     "read_then_close" (like answer, but the nth request of every connection is read whole and
-    then, after delay seconds, the connection is closed without an answer) or "record" (nothing
-    is ever answered). Whatever the script, every byte received is recorded.
+    then, after delay seconds, the connection is closed without an answer), "record" (nothing
+    is ever answered) or "scripted" (respond(request) returns the answer as a list of
+    (delay_seconds, bytes) pieces, sent in order, each delay_seconds after the one before; bytes
+    None closes the connection there; an empty list answers nothing; the connection reads its
+    next request only once the pieces are sent, as a one-thread-per-connection backend would).
+    Whatever the script, every byte received is recorded. octal_lengths: parse requests as a
+    lenient backend that reads a Content-Length with a leading 0 as octal.
     """
 
-    def __init__(self, script="answer", nth=2, delay=0.0, body=b"ok\n"):
+    def __init__(self, script="answer", nth=2, delay=0.0, body=b"ok\n", respond=None,
+                 octal_lengths=False):
         if script not in SCRIPTS:
             raise ValueError("unknown script %r (one of %s)" % (script, ", ".join(SCRIPTS)))
+        if (script == "scripted") != (respond is not None):
+            raise ValueError("respond is required by the scripted script, and only by it")
         self.script, self.nth, self.delay, self.body = script, nth, delay, body
+        self.respond, self.octal_lengths = respond, octal_lengths
+        self._sent = []       # (connection, time.monotonic(), bytes) for every piece sent
         self._lock = threading.Lock()
         self._received = []   # bytearray per accepted connection, in accept order
         self._requests = []   # Request objects, in the order they were complete
@@ -166,6 +196,12 @@ class RawBackend:
         """The requests parsed so far (see Request), in the order they were complete."""
         with self._lock:
             return list(self._requests)
+
+    def sent_log(self):
+        """Every piece the backend sent, in order: (connection index, time.monotonic() taken
+        before the send, bytes)."""
+        with self._lock:
+            return list(self._sent)
 
     def count(self, needle):
         """How often needle occurs in the bytes received, over all connections."""
@@ -259,7 +295,7 @@ class RawBackend:
                 buf += chunk
                 while parseable:
                     try:
-                        head, body, used = _parse_one(buf)
+                        head, body, used = _parse_one(buf, self.octal_lengths)
                     except _Incomplete:
                         break
                     except _Unparseable:
@@ -273,8 +309,13 @@ class RawBackend:
                     if self.script == "record":
                         continue
                     if self.script == "read_then_close" and served == self.nth:
+                        request.done.set()
                         self._stopping.wait(self.delay)
                         return  # closed (finally) without a byte of answer
+                    if self.script == "scripted":
+                        if not self._play(sock, request):
+                            return  # the script closed the connection, or the backend stops
+                        continue
                     self._answer(sock, request)
         finally:
             try:
@@ -289,8 +330,41 @@ class RawBackend:
         data = head if request.method == "HEAD" else head + self.body
         sock.settimeout(5.0)
         try:
+            at = time.monotonic()
             sock.sendall(data)
+            self._record_sent(request, at, data)
         except OSError:
             pass
         finally:
             sock.settimeout(POLL)
+            request.ended = time.monotonic()
+            request.done.set()
+
+    def _record_sent(self, request, at, data):
+        """Records a piece sent at `at` (taken before the send: whatever the peer does in
+        answer to it comes later)."""
+        with self._lock:
+            request.sent.append((at, data))
+            self._sent.append((request.connection, at, data))
+
+    def _play(self, sock, request):
+        """Sends the pieces respond(request) returns. False when the connection is to end."""
+        try:
+            for delay, data in self.respond(request):
+                if delay > 0 and self._stopping.wait(delay):
+                    return False
+                if data is None:
+                    return False
+                sock.settimeout(5.0)
+                at = time.monotonic()
+                try:
+                    sock.sendall(data)
+                except OSError:
+                    return False
+                finally:
+                    sock.settimeout(POLL)
+                self._record_sent(request, at, data)
+            return True
+        finally:
+            request.ended = time.monotonic()
+            request.done.set()

@@ -53,7 +53,7 @@ TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
                                                {"X-Multi", "b"},
                                                {"X-Fencing-Token", "7"}});
   http::request_header<> up =
-      ParseRequestHead(UpstreamRequestHead(client, "/orders/1?x=1", "", "127.0.0.1", "backend:8081", ""));
+      ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::Length(5), "/orders/1?x=1", "", "127.0.0.1", "backend:8081", ""));
 
   for (const char* gone : {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
                            "Upgrade", "Expect", "X-Secret"}) {
@@ -73,7 +73,7 @@ TEST(UpstreamRequestHeadTest, RemovesHopByHopFieldsAndKeepsEndToEndOnes) {
 TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
   RequestHead client = Request(11, {{"x-fencing-TOKEN", "7"}, {"X-Other", "1"}});
   http::request_header<> up =
-      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "X-Fencing-Token"));
+      ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", "X-Fencing-Token"));
   EXPECT_TRUE(Values(up, "X-Fencing-Token").empty());
   EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
 }
@@ -82,13 +82,13 @@ TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
   RequestHead client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
                                                {"a_b", "1"}, {"_", "2"}, {"X-Kept", "3"}});
   http::request_header<> dropped =
-      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/true));
+      ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/true));
   EXPECT_EQ(Values(dropped, "X-Fencing-Token"), std::vector<std::string>{"7"});
   for (const char* gone : {"X_Fencing_Token", "a_b", "_"}) EXPECT_TRUE(Values(dropped, gone).empty()) << gone;
   EXPECT_EQ(Values(dropped, "X-Kept"), std::vector<std::string>{"3"});
 
   http::request_header<> kept =
-      ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/false));
+      ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", "", /*drop_underscored=*/false));
   EXPECT_EQ(Values(kept, "X_Fencing_Token"), std::vector<std::string>{"99"});
   EXPECT_EQ(Values(kept, "a_b"), std::vector<std::string>{"1"});
 }
@@ -99,7 +99,7 @@ TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossF
                                                {"X-SECRET", "1"},
                                                {"x-other", "2"},
                                                {"X-Kept", "3"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "10.0.0.1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", ""));
   EXPECT_TRUE(Values(up, "X-Secret").empty());
   EXPECT_TRUE(Values(up, "X-Other").empty());
   EXPECT_EQ(Values(up, "X-Kept"), std::vector<std::string>{"3"});
@@ -108,13 +108,13 @@ TEST(UpstreamRequestHeadTest, ConnectionTokensAreMatchedCaseInsensitivelyAcrossF
 TEST(UpstreamRequestHeadTest, AppendsTheClientToAllForwardedForFieldsAsOne) {
   RequestHead client =
       Request(11, {{"X-Forwarded-For", "a"}, {"Accept", "*/*"}, {"x-forwarded-for", "b"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "127.0.0.1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "127.0.0.1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"a, b, 127.0.0.1"});
 }
 
 TEST(UpstreamRequestHeadTest, StartsForwardedForWhenAbsent) {
   RequestHead client = Request(11, {});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "::1", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "::1", "b", ""));
   EXPECT_EQ(Values(up, "X-Forwarded-For"), std::vector<std::string>{"::1"});
 }
 
@@ -122,18 +122,18 @@ TEST(UpstreamRequestHeadTest, StartsForwardedForWhenAbsent) {
 TEST(UpstreamRequestHeadTest, AGivenHostReplacesTheClientsHost) {
   RequestHead client = Request(11, {{"Host", "client.example"}, {"Accept", "*/*"}, {"host", "again"}});
   http::request_header<> up =
-      ParseRequestHead(UpstreamRequestHead(client, "/o", "other.example:81", "1.2.3.4", "b", ""));
+      ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "other.example:81", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(up, "Host"), std::vector<std::string>{"other.example:81"});
   EXPECT_EQ(Values(up, "Accept"), std::vector<std::string>{"*/*"});
 
   http::request_header<> old =
-      ParseRequestHead(UpstreamRequestHead(Request(10, {}), "/o", "[::1]", "1.2.3.4", "b", ""));
+      ParseRequestHead(UpstreamRequestHead(Request(10, {}), NextHopFraming::None(), "/o", "[::1]", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(old, "Host"), std::vector<std::string>{"[::1]"}) << "and stands in for a missing one";
 }
 
 TEST(UpstreamRequestHeadTest, SetsHostToTheBackendOnlyWhenAbsent) {
   http::request_header<> up =
-      ParseRequestHead(UpstreamRequestHead(Request(10, {}), "/o", "", "1.2.3.4", "backend:8081", ""));
+      ParseRequestHead(UpstreamRequestHead(Request(10, {}), NextHopFraming::None(), "/o", "", "1.2.3.4", "backend:8081", ""));
   EXPECT_EQ(Values(up, "Host"), std::vector<std::string>{"backend:8081"});
   EXPECT_EQ(up.version(), 11u) << "the upstream hop is always HTTP/1.1";
 }
@@ -141,13 +141,13 @@ TEST(UpstreamRequestHeadTest, SetsHostToTheBackendOnlyWhenAbsent) {
 TEST(UpstreamRequestHeadTest, CopiesAnExtensionMethod) {
   RequestHead client = Request(11, {});
   client.method_string("PURGE");
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(up.method_string(), "PURGE");
 }
 
 TEST(UpstreamRequestHeadTest, ChunkedBodyStaysChunked) {
   RequestHead client = Request(11, {{"Transfer-Encoding", "chunked"}});
-  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, "/o", "", "1.2.3.4", "b", ""));
+  http::request_header<> up = ParseRequestHead(UpstreamRequestHead(client, NextHopFraming::Chunked(), "/o", "", "1.2.3.4", "b", ""));
   EXPECT_EQ(Values(up, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
   EXPECT_TRUE(Values(up, "Content-Length").empty());
 }
@@ -169,7 +169,7 @@ TEST(UpstreamRequestHeadTest, WritesExactlyTheseBytes) {
                                     {"Expect", "100-continue"},
                                     {"Content-Length", "12"},
                                     {"X-Empty", ""}});
-  EXPECT_EQ(UpstreamRequestHead(client, "/orders/1?a=b", "", "192.0.2.1", "backend:8081", "x-fencing-token"),
+  EXPECT_EQ(UpstreamRequestHead(client, NextHopFraming::Length(12), "/orders/1?a=b", "", "192.0.2.1", "backend:8081", "x-fencing-token"),
             "POST /orders/1?a=b HTTP/1.1\r\n"
             "Host: client.example\r\n"
             "Accept: */*\r\n"
@@ -180,7 +180,7 @@ TEST(UpstreamRequestHeadTest, WritesExactlyTheseBytes) {
 
   RequestHead chunked = Request(10, {{"Transfer-Encoding", "chunked"}, {"Host", "client.example"}, {"X_Kept", "1"}},
                                 boost::beast::http::verb::put);
-  EXPECT_EQ(UpstreamRequestHead(chunked, "/p", "authority.example", "::1", "backend:8081", "",
+  EXPECT_EQ(UpstreamRequestHead(chunked, NextHopFraming::Chunked(), "/p", "authority.example", "::1", "backend:8081", "",
                                 /*drop_underscored=*/false),
             "PUT /p HTTP/1.1\r\n"
             "X_Kept: 1\r\n"
@@ -190,11 +190,27 @@ TEST(UpstreamRequestHeadTest, WritesExactlyTheseBytes) {
             "\r\n");
 
   RequestHead bare = Request(10, {}, boost::beast::http::verb::get);
-  EXPECT_EQ(UpstreamRequestHead(bare, "/", "", "127.0.0.1", "backend:8081", "X-Fencing-Token"),
+  EXPECT_EQ(UpstreamRequestHead(bare, NextHopFraming::None(), "/", "", "127.0.0.1", "backend:8081", "X-Fencing-Token"),
             "GET / HTTP/1.1\r\n"
             "X-Forwarded-For: 127.0.0.1\r\n"
             "Host: backend:8081\r\n"
             "\r\n");
+}
+
+// The client's framing bytes never reach the backend: a Content-Length spelled "0300" (octal 192
+// to a lenient reader), a list, or a chunked coding, are left out; the proxy writes the framing it
+// was given, in plain decimal.
+TEST(UpstreamRequestHeadTest, WritesItsOwnFramingNeverTheClients) {
+  RequestHead client = Request(11, {{"Host", "h"}, {"Content-Length", "0300"}, {"X-A", "1"}});
+  EXPECT_EQ(UpstreamRequestHead(client, NextHopFraming::Length(300), "/o", "", "1.2.3.4", "b", ""),
+            "POST /o HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 300\r\n\r\n");
+  RequestHead listed = Request(11, {{"Host", "h"}, {"Content-Length", "5, 5"}, {"Transfer-Encoding", "chunked"}});
+  EXPECT_EQ(UpstreamRequestHead(listed, NextHopFraming::Length(18446744073709551615u), "/o", "", "1.2.3.4", "b", ""),
+            "POST /o HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 18446744073709551615\r\n\r\n");
+  EXPECT_EQ(UpstreamRequestHead(listed, NextHopFraming::Length(0), "/o", "", "1.2.3.4", "b", ""),
+            "POST /o HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(UpstreamRequestHead(listed, NextHopFraming::None(), "/o", "", "1.2.3.4", "b", ""),
+            "POST /o HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n");
 }
 
 // A head longer than any first guess at its size.
@@ -206,7 +222,7 @@ TEST(UpstreamRequestHeadTest, WritesALongHeadWhole) {
     expected_fields += fields.back().first + ": " + fields.back().second + "\r\n";
   }
   const std::string target = "/" + std::string(3000, 't');
-  EXPECT_EQ(UpstreamRequestHead(Request(11, fields), target, "", "127.0.0.1", "b", ""),
+  EXPECT_EQ(UpstreamRequestHead(Request(11, fields), NextHopFraming::None(), target, "", "127.0.0.1", "b", ""),
             "POST " + target + " HTTP/1.1\r\n" + expected_fields + "X-Forwarded-For: 127.0.0.1\r\nHost: b\r\n\r\n");
 }
 
@@ -226,7 +242,7 @@ TEST(ClientResponseHeadTest, CopiesEndToEndFieldsAndSetsFramingAfresh) {
                               {"Set-Cookie", "a=1"},
                               {"Set-Cookie", "b=2"}});
   http::response_header<> to =
-      ParseResponseHead(ClientResponseHead(201, "Created", from, 11, BodyFraming::kLength, true));
+      ParseResponseHead(ClientResponseHead(201, "Created", from, 11, NextHopFraming::Length(12), true));
   EXPECT_EQ(to.result_int(), 201u);
   EXPECT_EQ(to.reason(), "Created");
   EXPECT_EQ(to.version(), 11u);
@@ -240,16 +256,16 @@ TEST(ClientResponseHeadTest, CopiesEndToEndFieldsAndSetsFramingAfresh) {
 
 TEST(ClientResponseHeadTest, FramingAndConnectionFollowTheClientsVersion) {
   HeadFields from = Response({{"Transfer-Encoding", "chunked"}});
-  http::response_header<> chunked = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, BodyFraming::kChunked, true));
+  http::response_header<> chunked = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, NextHopFraming::Chunked(), true));
   EXPECT_EQ(Values(chunked, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
   EXPECT_TRUE(Values(chunked, "Connection").empty()) << "keep-alive is HTTP/1.1's default";
-  http::response_header<> closing = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, BodyFraming::kChunked, false));
+  http::response_header<> closing = ParseResponseHead(ClientResponseHead(200, "OK", from, 11, NextHopFraming::Chunked(), false));
   EXPECT_EQ(Values(closing, "Connection"), std::vector<std::string>{"close"});
-  http::response_header<> old = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, BodyFraming::kClose, false));
+  http::response_header<> old = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, NextHopFraming::Close(), false));
   EXPECT_EQ(old.version(), 10u);
   EXPECT_TRUE(Values(old, "Transfer-Encoding").empty()) << "HTTP/1.0 has no chunked coding";
   EXPECT_TRUE(Values(old, "Connection").empty()) << "close is HTTP/1.0's default";
-  http::response_header<> old_kept = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, BodyFraming::kNone, true));
+  http::response_header<> old_kept = ParseResponseHead(ClientResponseHead(200, "OK", from, 10, NextHopFraming::None(), true));
   EXPECT_EQ(Values(old_kept, "Connection"), std::vector<std::string>{"keep-alive"});
 }
 
@@ -268,20 +284,27 @@ TEST(ClientResponseHeadTest, WritesExactlyTheseBytes) {
       "Set-Cookie: a=1\r\n"
       "X-Forwarded-For: kept in a response\r\n"
       "X_Under: kept in a response\r\n";
-  EXPECT_EQ(ClientResponseHead(200, "OK", from, 11, BodyFraming::kLength, true),
+  EXPECT_EQ(ClientResponseHead(200, "OK", from, 11, NextHopFraming::Length(2), true),
             "HTTP/1.1 200 OK\r\n" + fields + "Content-Length: 2\r\n\r\n");
-  EXPECT_EQ(ClientResponseHead(404, "Not Found", from, 11, BodyFraming::kChunked, false),
+  EXPECT_EQ(ClientResponseHead(404, "Not Found", from, 11, NextHopFraming::Chunked(), false),
             "HTTP/1.1 404 Not Found\r\n" + fields + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
-  EXPECT_EQ(ClientResponseHead(599, "", from, 10, BodyFraming::kClose, false),
+  EXPECT_EQ(ClientResponseHead(599, "", from, 10, NextHopFraming::Close(), false),
             "HTTP/1.0 599 \r\n" + fields + "\r\n");
-  EXPECT_EQ(ClientResponseHead(204, "No Content", from, 10, BodyFraming::kNone, true),
+  EXPECT_EQ(ClientResponseHead(204, "No Content", from, 10, NextHopFraming::None(), true),
             "HTTP/1.0 204 No Content\r\n" + fields + "Connection: keep-alive\r\n\r\n");
-  EXPECT_EQ(ClientResponseHead(100, "Continue", HeadFields(), 11, BodyFraming::kNone, true),
+  EXPECT_EQ(ClientResponseHead(100, "Continue", HeadFields(), 11, NextHopFraming::None(), true),
             "HTTP/1.1 100 Continue\r\n\r\n");
   // A status is three digits from a backend; the writer does not depend on it.
-  EXPECT_EQ(ClientResponseHead(0, "x", HeadFields(), 11, BodyFraming::kNone, true), "HTTP/1.1 0 x\r\n\r\n");
-  EXPECT_EQ(ClientResponseHead(4294967295u, "x", HeadFields(), 11, BodyFraming::kNone, true),
+  EXPECT_EQ(ClientResponseHead(0, "x", HeadFields(), 11, NextHopFraming::None(), true), "HTTP/1.1 0 x\r\n\r\n");
+  EXPECT_EQ(ClientResponseHead(4294967295u, "x", HeadFields(), 11, NextHopFraming::None(), true),
             "HTTP/1.1 4294967295 x\r\n\r\n");
+}
+
+// A backend's "Content-Length: 2, 2" or "002" reaches the client as the one length the parser read.
+TEST(ClientResponseHeadTest, WritesItsOwnContentLengthNeverTheBackends) {
+  HeadFields from = Response({{"Content-Length", "2, 2"}, {"Content-Length", "002"}, {"X-A", "1"}});
+  EXPECT_EQ(ClientResponseHead(200, "", from, 11, NextHopFraming::Length(2), true),
+            "HTTP/1.1 200 \r\nX-A: 1\r\nContent-Length: 2\r\n\r\n");
 }
 
 TEST(ClientResponseHeadTest, WritesALongHeadWhole) {
@@ -292,7 +315,7 @@ TEST(ClientResponseHeadTest, WritesALongHeadWhole) {
     expected_fields += fields.back().first + ": " + fields.back().second + "\r\n";
   }
   const std::string reason(1000, 'r');
-  EXPECT_EQ(ClientResponseHead(200, reason, Response(fields), 11, BodyFraming::kNone, true),
+  EXPECT_EQ(ClientResponseHead(200, reason, Response(fields), 11, NextHopFraming::None(), true),
             "HTTP/1.1 200 " + reason + "\r\n" + expected_fields + "\r\n");
 }
 

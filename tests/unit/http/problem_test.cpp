@@ -209,5 +209,18 @@ TEST(MakeProblemResponseTest, SerializesToAWellFormedMessage) {
   EXPECT_EQ(wire.substr(blank + 4), res.body());
 }
 
+// A HEAD request's answer has the head a GET would get and no body: a body would be read as the
+// client's next response on the connection.
+TEST(MakeProblemResponseTest, AHeadRequestsAnswerHasNoBody) {
+  auto get = MakeProblemResponse(StaleProblem(), 11, true);
+  auto head = MakeProblemResponse(StaleProblem(), 11, true, /*head_request=*/true);
+  EXPECT_TRUE(head.body().empty());
+  EXPECT_EQ(head[http::field::content_length], std::to_string(get.body().size()));
+  std::ostringstream out;
+  out << head;
+  const std::string wire = out.str();
+  EXPECT_EQ(wire.size(), wire.find("\r\n\r\n") + 4) << "bytes after the head: " << wire;
+}
+
 }  // namespace
 }  // namespace fencing

@@ -250,6 +250,46 @@ TEST(CheckRawHeadTest, RefusesABareCrOrLfWhereFindHeadEndStops) {
   }
 }
 
+// A request line that can never become valid is refused from its first bytes, before the head
+// ends (without it, such a request waited out timeouts.header_read); every beginning of a valid
+// one is not.
+TEST(CheckRequestLineStartTest, RefusesWhatCanNeverBecomeValidAndNothingElse) {
+  const std::pair<std::string, const char*> refused[] = {
+      {std::string("\0", 1), "control"},
+      {std::string("\x16\x03\x01\x02\x00\x01", 6), "control"},  // a TLS ClientHello on the plain port
+      {" GET / HTTP/1.1", "whitespace before"},
+      {"\tGET", "whitespace before"},
+      {"GE\x01T / HTTP/1.1", "control"},
+      {"G(T /", "method"},
+      {"GET /a\x7f", "control"},
+      {"GET /\x80", "control"},
+      {"GET  /", "METHOD TARGET VERSION"},
+      {"GET / HTTP/1.1 x", "METHOD TARGET VERSION"},
+      {"GET / HTTX", "version"},
+      {"GET / HTTP/x", "version"},
+      {"GET / HTTP/1.11", "METHOD TARGET VERSION"},
+      {"GET /\x01 HTTP/1.1\r\n", "control"},  // a complete line: as CheckRawHead checks it
+  };
+  for (const auto& [bytes, why] : refused) {
+    RawHeadCheck check = CheckRequestLineStart(bytes);
+    EXPECT_FALSE(check.ok) << testing::PrintToString(bytes);
+    EXPECT_NE(std::string_view(check.reason).find(why), std::string_view::npos)
+        << testing::PrintToString(bytes) << ": " << check.reason;
+  }
+  const std::string valid = "PATCH /orders/1?x=%41 HTTP/1.1\r\nHost: a\r\n";
+  for (size_t n = 0; n <= valid.size(); ++n) {
+    EXPECT_TRUE(CheckRequestLineStart(valid.substr(0, n)).ok) << valid.substr(0, n);
+  }
+}
+
+TEST(CheckRawHeadTest, LeadingEmptyLinesAreMeasured) {
+  EXPECT_EQ(LeadingEmptyLines("GET"), 0u);
+  EXPECT_EQ(LeadingEmptyLines("\r\nGET"), 2u);
+  EXPECT_EQ(LeadingEmptyLines("\r\n\r\n\r"), 4u);  // the last CR's LF may still come
+  EXPECT_EQ(LeadingEmptyLines("\r\r\n"), 0u);      // a bare CR is not an empty line
+  EXPECT_EQ(LeadingEmptyLines("\n\r\n"), 0u);      // nor a bare LF
+}
+
 TEST(CheckRawHeadTest, RefusesBytesAfterTheEmptyLineAndHeadsWithoutOne) {
   EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\n\r\nX").ok);
   EXPECT_FALSE(CheckRawHead("GET / HTTP/1.1\r\nHost: a\r\n").ok);

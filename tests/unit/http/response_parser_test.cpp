@@ -96,6 +96,19 @@ TEST(ResponseParserTest, RefusesWhatTwoReadersCouldFrameDifferently) {
       EXPECT_EQ(CompareResponseWithBeast(wire, step, 4096, true), "") << "an allowed difference";
     }
   }
+  // A status line without the SP before an empty reason: taken with an empty reason (RFC 9112 4;
+  // nginx relays it), where Beast refuses it.
+  for (size_t step : {1, 7, 4096}) {
+    const char* wire = "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok";
+    const ResponseRead ours = ReadResponseOurs(wire, step, 4096);
+    EXPECT_FALSE(ours.ec) << ours.ec.message();
+    EXPECT_EQ(ours.status, 200u);
+    EXPECT_EQ(ours.reason, "");
+    EXPECT_EQ(ours.body, "ok");
+    EXPECT_EQ(ReadResponseBeasts(wire, step, 4096).ec, http::error::bad_status);
+    EXPECT_EQ(CompareResponseWithBeast(wire, step, 4096, true), "") << "an allowed difference";
+    EXPECT_EQ(ReadResponseOurs("HTTP/1.1 200x\r\n\r\n", step, 4096).ec, http::error::bad_status);
+  }
   // A bare LF: Beast refuses it too, naming the part of the line, or waits for a CRLF.
   for (const char* wire : {"HTTP/1.1 200 OK\nX: 1\r\n\r\n", "HTTP/1.1 200 OK\r\nX: 1\n\r\n", "HTTP/1.1 200 OK\r\nX: 1\r\n\n"}) {
     for (size_t step : {1, 4096}) {

@@ -87,6 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Backslashes, raw or encoded; encoded slashes.
         std::string("/a\\b"), std::string("/a%5cb"), std::string("/a%5Cb"), std::string("/a%2fb"),
         std::string("/a%2Fb"),
+        // An encoded ';': a Servlet-style backend decodes "/orders%3Bx/1" to "/orders;x/1", that is
+        // "/orders/1".
+        std::string("/orders%3Bx/1"), std::string("/orders%3bx/1"), std::string("/a/b%3B"),
         // Encoded dots, in either case.
         std::string("/%2e%2e/x"), std::string("/%2E"), std::string("/%2e"), std::string("/a/%2e%2E/b"),
         std::string("/.%2e/b"),

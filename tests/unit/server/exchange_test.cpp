@@ -120,20 +120,10 @@ class ExchangeTest : public ::testing::Test {
   }
 
   // Waits until the backend has closed the one pooled connection (its FIN has arrived), so a
-  // test does not race the close it scripted. The connection goes back to the pool untouched.
+  // test does not race the close it scripted. The connection stays in the pool untouched.
   void WaitUntilPooledConnectionClosed() {
     ASSERT_EQ(pool_.idle_count(), 1u);
-    std::unique_ptr<UpstreamConnection> c;
-    boost::system::error_code ec;
-    asio::co_spawn(ioc_.get_executor(), pool_.Acquire(ec), [&](std::exception_ptr, std::unique_ptr<UpstreamConnection> r) {
-      c = std::move(r);
-    });
-    ioc_.restart();
-    ioc_.run_for(std::chrono::seconds(1));
-    ASSERT_TRUE(c);
-    ASSERT_TRUE(c->reused);
-    ASSERT_TRUE(WaitForPeerClose(c->socket.native_handle()));
-    pool_.Release(std::move(c));
+    ASSERT_TRUE(WaitForPeerClose(pool_.idle_handles().front()));
     ASSERT_EQ(pool_.idle_count(), 1u);
   }
 
@@ -303,15 +293,18 @@ class ExchangeClosedWhileIdle : public ExchangeTest {
   }
 };
 
-TEST_F(ExchangeClosedWhileIdle, PutIsResentOnceOnANewConnection) {
+// A pooled connection is checked before any request is written to it (a peek): one the backend
+// closed while it idled is never used, whatever the method.
+TEST_F(ExchangeClosedWhileIdle, PutIsNeverWrittenToTheDeadConnection) {
   Outcome o = Run(Call{.head = Post("PUT", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
   ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
   EXPECT_EQ(o.result.status, 200u);
-  EXPECT_EQ(o.result.attempts, 2u);
+  EXPECT_EQ(o.result.attempts, 1u) << "the pooled connection was checked before it was used";
   EXPECT_EQ(Body(o), "ok");
   EXPECT_EQ(backend_.connections(), 2u);
+  EXPECT_FALSE(Contains(backend_.received(0), "PUT"));
   ASSERT_EQ(backend_.requests(1).size(), 1u);
-  EXPECT_EQ(backend_.requests(1)[0], Post("PUT", 3) + "abc") << "the whole request, from memory";
+  EXPECT_EQ(backend_.requests(1)[0], Post("PUT", 3) + "abc");
 }
 
 TEST_F(ExchangeClosedWhileIdle, PostIsNeverWrittenToTheDeadConnection) {
@@ -358,6 +351,66 @@ TEST_F(ExchangeClosedAfterReading, PutIsResentOnce) {
   EXPECT_EQ(backend_.Count("PUT"), 2u);
   ASSERT_EQ(backend_.requests(1).size(), 1u);
   EXPECT_EQ(backend_.requests(1)[0], Post("PUT", 3) + "abc");
+}
+
+// The backend reads the second request and answers it with bytes that are no response, then
+// closes: it has read the request, so the request is not sent again, whatever its method.
+class ExchangeGarbledAfterReading : public ExchangeTest {
+ protected:
+  ExchangeGarbledAfterReading()
+      : ExchangeTest(AfterOneGet([](Conn& c) {
+          c.ReadRequest();
+          c.Write("\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+          c.Close();
+        })) {}
+  void SetUp() override { ASSERT_EQ(Run(Call{.head = kGet}).result.status, 200u); }
+};
+
+TEST_F(ExchangeGarbledAfterReading, PutGets502AndIsNotResent) {
+  Outcome o = Run(Call{.head = Post("PUT", 3), .decoder = BodyDecoder::Length(3), .body = "abc"});
+  ASSERT_TRUE(o.result.problem);
+  EXPECT_EQ(o.result.problem->status, boost::beast::http::status::bad_gateway);
+  EXPECT_EQ(o.result.problem->type, "upstream-invalid-response") << o.result.problem->detail;
+  EXPECT_EQ(o.result.attempts, 1u);
+  EXPECT_EQ(backend_.Count("PUT"), 1u) << "a request the backend answered (however badly) is never resent";
+}
+
+// A 101 nobody asked for (the proxy forwards no Upgrade): 502, and the connection is not pooled.
+class ExchangeUnsolicitedUpgrade : public ExchangeTest {
+ protected:
+  ExchangeUnsolicitedUpgrade()
+      : ExchangeTest([](Conn& c) { c.Serve("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"); }) {}
+};
+
+TEST_F(ExchangeUnsolicitedUpgrade, Is502AndClosesTheConnection) {
+  Outcome o = Run(Call{.head = kGet});
+  ASSERT_TRUE(o.result.problem);
+  EXPECT_EQ(o.result.problem->status, boost::beast::http::status::bad_gateway);
+  EXPECT_EQ(o.result.problem->type, "upstream-invalid-response");
+  EXPECT_EQ(o.result.upstream_status, 101u);
+  EXPECT_EQ(o.result.attempts, 1u);
+  EXPECT_EQ(o.client_saw, "");
+  EXPECT_EQ(pool_.idle_count(), 0u);
+}
+
+// Bytes after the end of a response, in the same read: the connection is out of step with the
+// backend and is closed, never pooled (the client still gets the response it was sent).
+class ExchangeSaysTooMuch : public ExchangeTest {
+ protected:
+  ExchangeSaysTooMuch()
+      : ExchangeTest([](Conn& c) {
+          c.ReadRequest();
+          c.Write("HTTP/1.1 204 No Content\r\n\r\nstray body of a 204");
+          c.Hold();
+        }) {}
+};
+
+TEST_F(ExchangeSaysTooMuch, TheConnectionIsNotPooled) {
+  Outcome o = Run(Call{.head = kGet});
+  ASSERT_FALSE(o.result.problem) << o.result.problem->detail;
+  EXPECT_EQ(o.result.status, 204u);
+  EXPECT_EQ(Body(o), "");
+  EXPECT_EQ(pool_.idle_count(), 0u);
 }
 
 // A relay buffer smaller than the body: it streams, and what has gone cannot be sent again.

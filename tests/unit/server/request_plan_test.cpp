@@ -283,6 +283,10 @@ INSTANTIATE_TEST_SUITE_P(
     MethodAndUpgrade, PlanRequestTest,
     testing::Values(
         PlanCase{.what = "CONNECT", .method = "CONNECT", .target = "h:443", .status = 405, .close = true},
+        // TRACE would echo the request, credentials included: 405 as nginx, whatever the route.
+        PlanCase{.what = "TRACE", .method = "TRACE", .target = "/other", .status = 405},
+        PlanCase{.what = "TRACE to a fenced path", .method = "TRACE", .target = "/orders/1", .fields = kToken10,
+                 .status = 405},
         PlanCase{.what = "CONNECT to a fenced path", .method = "CONNECT", .target = "/orders/1", .fields = kToken10,
                  .status = 405, .close = true},
         PlanCase{.what = "CONNECT with unmatched: reject", .method = "CONNECT", .target = "h:443",
