@@ -4,12 +4,19 @@
 // the pool. It decides nothing about fences: the session admits the request first and releases
 // the admission when the exchange has ended.
 //
-// At most once. A request is resent on a new backend connection only when it cannot have reached
-// the backend (a pooled connection refused its first write outright), or when it may have but
-// its method is idempotent (GET, HEAD, OPTIONS, PUT, DELETE), the connection was a pooled one and
-// the whole request is still in hand; and only once. A non-idempotent request (POST, PATCH, ...)
-// checks that a pooled connection is still open before it is written at all, and is never resent
-// once a byte of it may have reached the backend: the client gets 502.
+// At most once. A pooled connection is used only when it is known clean (UpstreamPool::TakeIdle:
+// its last response ended exactly at its framing and nothing, not even its close, has arrived
+// since). A request is resent on a new backend connection only when it cannot have reached the
+// backend (a pooled connection refused its first write outright), or when it may have but its
+// method is idempotent (GET, HEAD, OPTIONS, PUT, DELETE), the connection was a pooled one, the
+// whole request is still in hand and the backend closed or reset the connection without a byte
+// of answer; and only once. A non-idempotent request (POST, PATCH, ...) is never resent once a
+// byte of it may have reached the backend, and no request is resent once the backend answered
+// (however badly): the client gets 502.
+//
+// A backend connection is either known clean or closed: bytes after the end of a response (a
+// 204, 304, 1xx or HEAD response with a body, more than its Content-Length), a 101 nobody asked
+// for, or a response that cannot be read, close it.
 //
 // Tests drive it over real sockets against a scripted backend (tests/unit/server/exchange_test.cpp).
 
