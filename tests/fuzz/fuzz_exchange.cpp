@@ -9,7 +9,8 @@
 // each complete request it parses (Beast) with a 200 marked `X-Backend: 1`.
 //
 // Oracles (each abort is a request that reached the backend when it should not have, or not whole):
-//  - every byte the backend got parses as HTTP/1.1 requests, and once things settle none is left
+//  - every byte the backend got parses as HTTP/1.1 requests framed by the proxy (one framing field:
+//    a plain decimal Content-Length or "Transfer-Encoding: chunked"), and once things settle none is left
 //    over as a partial request (whole or nothing: bodies this small are read whole first);
 //  - if the proxy's first final response is its own 4xx, or it closed without a final response,
 //    and nothing else was answered, the backend got no byte during this input;
@@ -130,6 +131,19 @@ std::optional<size_t> ParseRequest(std::string_view bytes, bool* head_done, bool
       *head_done = true;
       *expect = boost::beast::iequals(parser.get()[http::field::expect], "100-continue");
       *head_method = parser.get().method() == http::verb::head;
+      // The proxy frames what it forwards itself: at most one framing field, a Content-Length in
+      // plain decimal, a Transfer-Encoding that is exactly "chunked".
+      const auto& fields = parser.get();
+      const size_t lengths = fields.count(http::field::content_length);
+      const size_t codings = fields.count(http::field::transfer_encoding);
+      const std::string_view length = fields[http::field::content_length];
+      const bool plain = !length.empty() && length.find_first_not_of("0123456789") == std::string_view::npos &&
+                         (length.size() == 1 || length.front() != '0');
+      if (lengths + codings > 1 || (lengths == 1 && !plain) ||
+          (codings == 1 && fields[http::field::transfer_encoding] != "chunked")) {
+        *error = "framing fields the proxy did not write itself";
+        return std::nullopt;
+      }
     }
     if (parser.is_done()) return used;
     if (ec == http::error::need_more) {
