@@ -85,33 +85,54 @@ size_t LeadingEmptyLines(std::string_view data) {
   return at;
 }
 
-RawHeadCheck CheckRequestLineStart(std::string_view partial) {
-  const size_t end = partial.find_first_of("\r\n");
-  if (end != std::string_view::npos) return CheckRequestLine(partial.substr(0, end));
-  if (partial.empty()) return RawHeadCheck{};
-  if (partial.front() == ' ' || partial.front() == '\t') return Refuse("whitespace before the request line");
-  // METHOD SP TARGET SP VERSION, as far as it has come.
-  int part = 0;
-  size_t part_start = 0;
-  for (size_t i = 0; i < partial.size(); ++i) {
-    const auto c = static_cast<unsigned char>(partial[i]);
-    if (c == ' ') {
-      if (++part == 3 || i == part_start) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
-      part_start = i + 1;
+RawHeadCheck HeadInProgress::Check(std::string_view partial) {
+  constexpr std::string_view kVersionShape = "HTTP/0.0";  // '0': any digit
+  const size_t size = partial.size();
+  while (at_ < size) {
+    if (!request_line_) {
+      // A field line: its first byte at once (a fold), the rest when the line is complete.
+      if (at_ == line_start_ && (partial[at_] == ' ' || partial[at_] == '\t')) {
+        return Refuse("a folded header line (obs-fold)");
+      }
+      const void* cr = std::memchr(partial.data() + at_, '\r', size - at_);
+      if (cr == nullptr) {
+        at_ = size;
+        break;
+      }
+      const size_t cr_at = static_cast<size_t>(static_cast<const char*>(cr) - partial.data());
+      if (cr_at + 1 == size) {
+        at_ = cr_at;  // its LF is still to come: looked at again then
+        break;
+      }
+      // (no head end yet, so this CR has its LF and the line is not empty)
+      if (RawHeadCheck line = CheckFieldLine(partial.substr(line_start_, cr_at - line_start_)); !line.ok) return line;
+      line_start_ = at_ = cr_at + 2;
       continue;
     }
-    if (c < 0x21 || c >= 0x7f) return Refuse("a control, tab or non-ASCII byte in the request line");
-    if (part == 0 && !IsTokenByte(c)) return Refuse("a method that is not an RFC 9110 token");
-  }
-  if (part == 2) {
-    // The version so far must be a beginning of HTTP/d.d.
-    constexpr std::string_view kShape = "HTTP/0.0";
-    const std::string_view version = partial.substr(part_start);
-    if (version.size() > kShape.size()) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
-    for (size_t i = 0; i < version.size(); ++i) {
-      const bool fits = kShape[i] == '0' ? IsAsciiDigit(version[i]) : version[i] == kShape[i];
+    const auto c = static_cast<unsigned char>(partial[at_]);
+    if (c == '\r' || c == '\n') {
+      if (at_ + 1 == size) break;  // its LF is still to come
+      if (RawHeadCheck line = CheckRequestLine(partial.substr(0, at_)); !line.ok) return line;
+      if (at_ - part_start_ != kVersionShape.size()) return Refuse("a request line whose version is not HTTP/d.d");
+      request_line_ = false;
+      line_start_ = at_ = at_ + 2;
+      continue;
+    }
+    if (at_ == 0 && (c == ' ' || c == '\t')) return Refuse("whitespace before the request line");
+    if (c == ' ') {
+      if (++part_ == 3 || at_ == part_start_) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+      part_start_ = at_ + 1;
+    } else if (c < 0x21 || c >= 0x7f) {
+      return Refuse("a control, tab or non-ASCII byte in the request line");
+    } else if (part_ == 0 && !IsTokenByte(c)) {
+      return Refuse("a method that is not an RFC 9110 token");
+    } else if (part_ == 2) {
+      const size_t i = at_ - part_start_;
+      if (i >= kVersionShape.size()) return Refuse("a request line that is not 'METHOD TARGET VERSION'");
+      const bool fits = kVersionShape[i] == '0' ? IsAsciiDigit(static_cast<char>(c)) : c == static_cast<unsigned char>(kVersionShape[i]);
       if (!fits) return Refuse("a request line whose version is not HTTP/d.d");
     }
+    ++at_;
   }
   return RawHeadCheck{};
 }

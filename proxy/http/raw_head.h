@@ -35,11 +35,24 @@ RawHeadCheck CheckRawHead(std::string_view head);
 // not counted (its LF may still come).
 size_t LeadingEmptyLines(std::string_view data);
 
-// A head still arriving (FindHeadEnd found no end yet): refused at once when its request line,
-// as far as it has come, can never become valid: a first byte that cannot start a method (a NUL,
-// a space, a TLS handshake's 0x16), a byte that cannot be in a method, a control byte or a third
-// space in the line, or a version that cannot become HTTP/d.d. A complete request line is checked
-// as CheckRawHead checks it. Without this, such a request would wait out timeouts.header_read.
-RawHeadCheck CheckRequestLineStart(std::string_view partial);
+// A request head still arriving (FindHeadEnd found no end yet), checked as its bytes come, each
+// byte once: refused at once when it can never become a head CheckRawHead accepts, instead of
+// waiting out timeouts.header_read. The request line is checked byte by byte: a first byte that
+// cannot start a method (a NUL, a space, a TLS handshake's 0x16), a byte that cannot be in a
+// method, a control byte or a third space in the line, a version that cannot become HTTP/d.d.
+// A field line is checked as CheckRawHead checks it once it is complete, and its first byte at
+// once (obs-fold).
+class HeadInProgress {
+ public:
+  // partial: the head's bytes so far, the same bytes (and perhaps more) at every call.
+  RawHeadCheck Check(std::string_view partial);
+
+ private:
+  size_t at_ = 0;          // bytes of `partial` looked at already
+  size_t line_start_ = 0;  // where the line being read begins
+  bool request_line_ = true;
+  int part_ = 0;           // of the request line: 0 method, 1 target, 2 version
+  size_t part_start_ = 0;  // where that part begins
+};
 
 }  // namespace fencing

@@ -413,6 +413,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   size_t scanned = 0;
   size_t head_length = 0;
   size_t empty_lines = 0;  // bytes of empty lines skipped before the request line (RFC 9112 2.2)
+  HeadInProgress so_far;   // what can never become a valid head is answered now, not at header_read
   for (;;) {
     std::string_view bytes(static_cast<const char*>(buffer_->data().data()), buffer_->size());
     if (scanned == 0 && bytes.starts_with('\r')) {
@@ -423,8 +424,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
     }
     head_length = FindHeadEnd(bytes, &scanned);
     if (head_length != 0 || buffer_->size() + empty_lines > limit) break;
-    // A request line that can never become valid is answered now, not at header_read.
-    if (RawHeadCheck start = CheckRequestLineStart(bytes); !start.ok) {
+    if (RawHeadCheck start = so_far.Check(bytes); !start.ok) {
       co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + start.reason);
     }
     auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);

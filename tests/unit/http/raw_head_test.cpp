@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "http/raw_head.h"
+#include "http/request_head.h"
 
 namespace fencing {
 namespace {
@@ -250,10 +251,19 @@ TEST(CheckRawHeadTest, RefusesABareCrOrLfWhereFindHeadEndStops) {
   }
 }
 
-// A request line that can never become valid is refused from its first bytes, before the head
+// A head that can never become valid is refused from the bytes that show it, before the head
 // ends (without it, such a request waited out timeouts.header_read); every beginning of a valid
-// one is not.
-TEST(CheckRequestLineStartTest, RefusesWhatCanNeverBecomeValidAndNothingElse) {
+// one is not, whether it comes in one piece or a byte at a time.
+RawHeadCheck CheckWhole(std::string_view bytes) { return HeadInProgress().Check(bytes); }
+RawHeadCheck CheckByteByByte(std::string_view bytes) {
+  HeadInProgress so_far;
+  for (size_t n = 0; n <= bytes.size(); ++n) {
+    if (RawHeadCheck check = so_far.Check(bytes.substr(0, n)); !check.ok) return check;
+  }
+  return RawHeadCheck{};
+}
+
+TEST(HeadInProgressTest, RefusesWhatCanNeverBecomeValidAndNothingElse) {
   const std::pair<std::string, const char*> refused[] = {
       {std::string("\0", 1), "control"},
       {std::string("\x16\x03\x01\x02\x00\x01", 6), "control"},  // a TLS ClientHello on the plain port
@@ -268,17 +278,31 @@ TEST(CheckRequestLineStartTest, RefusesWhatCanNeverBecomeValidAndNothingElse) {
       {"GET / HTTX", "version"},
       {"GET / HTTP/x", "version"},
       {"GET / HTTP/1.11", "METHOD TARGET VERSION"},
-      {"GET /\x01 HTTP/1.1\r\n", "control"},  // a complete line: as CheckRawHead checks it
+      {"GET / \r\n", "version"},  // a complete line
+      {"GET / HTTP/1\r\n", "version"},
+      {"GET /a b HTTP/1.1\r\n", "version"},
+      {"GET / HTTP/1.1\r\n folded", "obs-fold"},
+      {"GET / HTTP/1.1\r\nHost: a\r\n\tfolded", "obs-fold"},
+      {std::string("GET / HTTP/1.1\r\nX\0Y: 1\r\nZ", 28), "header name"},
+      {"GET / HTTP/1.1\r\nNo colon\r\nZ", "without ':'"},
+      {"GET / HTTP/1.1\r\nX: a\x01b\r\n", "control byte in a header value"},
   };
   for (const auto& [bytes, why] : refused) {
-    RawHeadCheck check = CheckRequestLineStart(bytes);
-    EXPECT_FALSE(check.ok) << testing::PrintToString(bytes);
-    EXPECT_NE(std::string_view(check.reason).find(why), std::string_view::npos)
-        << testing::PrintToString(bytes) << ": " << check.reason;
+    for (RawHeadCheck check : {CheckWhole(bytes), CheckByteByByte(bytes)}) {
+      EXPECT_FALSE(check.ok) << testing::PrintToString(bytes);
+      EXPECT_NE(std::string_view(check.reason).find(why), std::string_view::npos)
+          << testing::PrintToString(bytes) << ": " << check.reason;
+      // What is refused early is refused once whole too (by CheckRawHead, or by the head's reader).
+      const std::string whole = bytes + (bytes.ends_with("\r\n") ? "\r\n" : "\r\n\r\n");
+      RequestHead head;
+      EXPECT_TRUE(!CheckRawHead(whole).ok || head.Parse(whole, 1 << 20)) << testing::PrintToString(bytes);
+    }
   }
-  const std::string valid = "PATCH /orders/1?x=%41 HTTP/1.1\r\nHost: a\r\n";
+  const std::string valid = "PATCH /orders/1?x=%41 HTTP/1.1\r\nHost: a\r\nX-Empty:\r\nX-B: b c\r\n";
+  HeadInProgress so_far;
   for (size_t n = 0; n <= valid.size(); ++n) {
-    EXPECT_TRUE(CheckRequestLineStart(valid.substr(0, n)).ok) << valid.substr(0, n);
+    EXPECT_TRUE(CheckWhole(valid.substr(0, n)).ok) << valid.substr(0, n);
+    EXPECT_TRUE(so_far.Check(valid.substr(0, n)).ok) << valid.substr(0, n);
   }
 }
 
