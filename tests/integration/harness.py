@@ -427,6 +427,19 @@ def read_response(sock, timeout=IO_TIMEOUT):
     return ResponseReader(sock, timeout).read()
 
 
+def connect(port, timeout=IO_TIMEOUT):
+    """A client connection to 127.0.0.1:port."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
+def send_all(sock, data):
+    """Sends data; a proxy that already answered and closed may reset the rest: that is fine."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
 def raw_exchange(port, request_bytes, timeout=IO_TIMEOUT):
     """Sends raw bytes on a new connection and reads one final (non-1xx) response."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:

@@ -23,7 +23,7 @@ import socket
 import time
 import unittest
 
-from harness import (HarnessError, ProxyTestCase, ResponseReader, read_until_closed, run_cli, wait_for,
+from harness import (connect as harness_connect, send_all as send, HarnessError, ProxyTestCase, ResponseReader, read_until_closed, run_cli, wait_for,
                      write_state_file)
 
 IO = 5.0            # seconds for one exchange
@@ -55,15 +55,7 @@ def chunked(*chunks):
 
 
 def connect(port, timeout=IO):
-    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
-
-
-def send(sock, data):
-    """Sends data; a proxy that already answered and closed may reset the rest: that is fine."""
-    try:
-        sock.sendall(data)
-    except OSError:
-        pass
+    return harness_connect(port, timeout)
 
 
 class IntegrityTest(ProxyTestCase):

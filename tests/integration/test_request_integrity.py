@@ -25,7 +25,7 @@ import struct
 import time
 import unittest
 
-from harness import (HarnessError, ProxyTestCase, ResponseReader, read_until_closed,
+from harness import (connect as harness_connect, send_all as send, HarnessError, ProxyTestCase, ResponseReader, read_until_closed,
                      write_state_file)
 
 IO = 5.0            # seconds for one exchange
@@ -66,15 +66,7 @@ def tls_client_hello():
 
 
 def connect(port, timeout=IO):
-    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
-
-
-def send(sock, data):
-    """Sends data; a proxy that already answered and closed may reset the rest: that is fine."""
-    try:
-        sock.sendall(data)
-    except OSError:
-        pass
+    return harness_connect(port, timeout)
 
 
 class RequestIntegrityTest(ProxyTestCase):
