@@ -14,12 +14,15 @@ packages=(
 )
 
 # Tests only: real lock services and their clients (end-to-end tests), fault injection
-# (eatmydata for the crash tests' negative control, libfiu for disk faults), slowloris, and
-# clang's libFuzzer and sanitizer runtimes (tests/fuzz, scripts/test-sanitizers.sh).
+# (eatmydata for the crash tests' negative control, libfiu for disk faults), slowloris,
+# clang's libFuzzer and sanitizer runtimes (tests/fuzz, scripts/test-sanitizers.sh), and the
+# other HTTP/1.1 parsers of the differential oracle (tests/differential: Node's llhttp, Go's
+# net/http, nginx, HAProxy).
 test_packages=(
   etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo
   eatmydata fiu-utils slowhttptest
   clang-14 libclang-rt-14-dev llvm-14
+  nodejs golang-go nginx haproxy
 )
 
 # deploy/validate: promtool (in Debian's prometheus), yamllint, and PyYAML for the manifest checks.

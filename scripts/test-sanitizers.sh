@@ -136,7 +136,7 @@ for mode in "${modes[@]}"; do
       cmake --build "$dir" -j"$jobs"
       built=$SECONDS
       # shellcheck disable=SC2086  # CTEST_ARGS is a list of words
-      ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" -E '^integration\.' ${CTEST_ARGS:-} ||
+      ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" -E '^(integration|differential)\.' ${CTEST_ARGS:-} ||
         status=1
       # shellcheck disable=SC2086
       run_integration "$dir" address ${INTEGRATION_TESTS:-${all_integration[@]}} || status=1

@@ -18,9 +18,10 @@ else
   # second build of them costs minutes and finds nothing the sanitized one misses (warnings in
   # test code are errors in FP_QUICK=1 runs and in the -DFP_WERROR=ON development build). This
   # build is the product binary the integration tests, the deployment checks and the benchmark
-  # smoke run against.
+  # smoke run against. The differential oracle's short run reads what this binary forwards and
+  # answers with independent HTTP/1.1 parsers (tests/differential).
   FP_BUILD_TARGETS="fencing-proxy fp_drop_unsynced" scripts/build.sh -DFP_WERROR=ON "$line_tables"
-  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(nproc)" -R '^integration\.'
+  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j"$(nproc)" -R '^(integration|differential)\.'
 fi
 # The Kubernetes manifests, alert rules and live /metrics, checked by real tools.
 FP_BINARY="$PWD/${BUILD_DIR:-build}/proxy/fencing-proxy" deploy/validate

@@ -200,13 +200,13 @@ NextHopFraming UpstreamRequestFraming(const RequestHead& client, std::optional<u
 // with its ", " is shorter than its line), then what is added. One allocation, no growth.
 std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framing, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
-                                std::string_view drop, bool drop_underscored) {
+                                std::string_view drop, bool drop_underscored, std::optional<uint64_t> token) {
   const FieldFacts facts = ScanFields(client);
   const std::string_view method = client.method_string();
   const size_t bound = method.size() + 1 + origin_target.size() + sizeof(" HTTP/1.1\r\n") - 1 + facts.lines +
                        FieldLineSize("X-Forwarded-For", client_ip) +
                        FieldLineSize("Host", host.size() > backend_host.size() ? host : backend_host) +
-                       kFramingLineBound + 2;
+                       FieldLineSize(drop, "18446744073709551615") + kFramingLineBound + 2;
   std::string head;
   HeadWriter out(head, bound);
   out.Put(method);
@@ -229,6 +229,12 @@ std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framin
     out.Field("Host", host);
   } else if (!facts.host) {
     out.Field("Host", backend_host);
+  }
+  if (token) {
+    out.Put(drop);
+    out.Put(": ");
+    out.Decimal(*token);
+    out.Put("\r\n");
   }
   WriteFraming(framing, out);
   // Keep-alive to the backend is the default in HTTP/1.1: no Connection field needed.

@@ -52,9 +52,13 @@ NextHopFraming UpstreamRequestFraming(const RequestHead& client, std::optional<u
 // authority, RequestPlan::host), else the client's, else backend_host. drop_underscored leaves out
 // every field whose name contains '_' (headers_with_underscores: drop; CGI-style backends read '_'
 // as '-').
+// token: when set, one `drop` field with this value in plain decimal is written in place of the
+// client's (a fenced request's token as the proxy read it: "010" or "10 " never reaches the
+// backend as written).
 std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framing, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
-                                std::string_view drop, bool drop_underscored = true);
+                                std::string_view drop, bool drop_underscored = true,
+                                std::optional<uint64_t> token = std::nullopt);
 
 // The response head for the client: status line in the client's HTTP version (with the backend's
 // status and reason), the backend's end-to-end fields, `framing`, and a Connection field when

@@ -265,8 +265,9 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
   // Framing for the client, written by the proxy: the length the backend's Content-Length said
   // (in plain decimal, whatever its spelling); otherwise chunks the proxy encodes to an HTTP/1.1
   // client, and the close to an HTTP/1.0 one.
+  // A 204 has no Content-Length (RFC 9110 8.6), whatever the backend sent.
   NextHopFraming framing = NextHopFraming::None();
-  if (auto length = response_parser->content_length()) {
+  if (auto length = response_parser->content_length(); length && status != 204) {
     framing = NextHopFraming::Length(*length);
   } else if (!no_body) {
     framing = request.client_version >= 11 ? NextHopFraming::Chunked() : NextHopFraming::Close();

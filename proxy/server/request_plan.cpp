@@ -248,6 +248,12 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime) {
   plan.action = RequestPlan::Action::kFence;
   plan.token = token.value;
   plan.problem.token = token.value;
+  // The token the fence decided on is the one the backend sees: written by the proxy in plain
+  // decimal, never the client's spelling of it.
+  if (route.forward_token) {
+    plan.drop_header = header;
+    plan.rewrite_token = true;
+  }
   return plan;
 }
 

@@ -32,7 +32,8 @@ struct RequestPlan {
   std::string_view origin_target;    // path and query to send upstream (views into the head)
   std::string_view host;             // Host to send upstream instead of the client's (an absolute-form
                                      // target's authority, RFC 9112 section 3.2.2); empty: the client's
-  std::string_view drop_header;      // header not to forward (the token, if the route says so)
+  std::string_view drop_header;      // header not to forward as the client wrote it (the token)
+  bool rewrite_token = false;        // kFence: drop_header goes on as `token` in plain decimal
 
   const RouteMetrics& metrics(const Runtime& runtime) const {
     return route ? *route->metrics : runtime.unmatched_metrics();

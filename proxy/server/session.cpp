@@ -497,7 +497,8 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
       UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
   const std::string upstream_head =
       UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
-                          plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop);
+                          plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop,
+                          plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = framing.kind == BodyFraming::kChunked;

@@ -299,8 +299,11 @@ void CheckForwardable(const RequestHead& req, const RequestPlan& plan, const Run
   }
   FUZZ_CHECK((plan.route ? plan.route->config : nullptr) == want, "the plan routes elsewhere than the longest prefix");
   FUZZ_CHECK(plan.route || config.unmatched == Unmatched::kPass, "an unmatched request forwarded under unmatched: reject");
-  FUZZ_CHECK(plan.drop_header == (plan.route && !plan.route->config->forward_token ? std::string_view(config.token_header)
-                                                                                  : std::string_view()),
+  FUZZ_CHECK(plan.rewrite_token == (plan.action == RequestPlan::Action::kFence && plan.route->config->forward_token),
+             "a fenced token not rewritten for the backend, or another rewritten");
+  FUZZ_CHECK(plan.drop_header == (plan.route && (!plan.route->config->forward_token || plan.rewrite_token)
+                                      ? std::string_view(config.token_header)
+                                      : std::string_view()),
              "the token header is dropped where it should be kept, or kept where it should be dropped");
 
   FUZZ_CHECK(runtime.Match(WithoutParams(target.path)) == plan.route,
@@ -315,7 +318,8 @@ void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtim
   const uint64_t held = req.target().size();
   const NextHopFraming framing = UpstreamRequestFraming(req, whole ? std::optional<uint64_t>(held) : std::nullopt);
   const std::string wire = UpstreamRequestHead(req, framing, plan.origin_target, plan.host, "127.0.0.1",
-                                               runtime.config().backend.ToString(), plan.drop_header, drop_underscored);
+                                               runtime.config().backend.ToString(), plan.drop_header, drop_underscored,
+                                               plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
   Parser back;
@@ -359,7 +363,10 @@ void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtim
     FUZZ_CHECK(!up.chunked() && !up.has_content_length(), "body framing upstream for a request without a body");
   }
   const std::string& token_header = runtime.config().token_header;
-  if (!plan.drop_header.empty()) {
+  if (plan.rewrite_token) {
+    FUZZ_CHECK(CountFields(up.base(), token_header) == 1 && up[token_header] == std::to_string(plan.token),
+               "a fenced token not sent upstream once, in plain decimal");
+  } else if (!plan.drop_header.empty()) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 0, "a dropped token header sent upstream");
   } else if (EnforcesOn(plan.route, req.method_string())) {
     FUZZ_CHECK(CountFields(up.base(), token_header) == 1, "a fenced write sent upstream without its one token");

@@ -213,6 +213,19 @@ TEST(UpstreamRequestHeadTest, WritesItsOwnFramingNeverTheClients) {
             "POST /o HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n");
 }
 
+// A fenced request's token goes on as the proxy read it: every client field of the token header
+// (any case) is left out, one is written with the value in plain decimal.
+TEST(UpstreamRequestHeadTest, WritesTheTokenAsParsed) {
+  RequestHead client = Request(11, {{"Host", "h"}, {"x-fencing-token", "010"}, {"X-A", "1"}});
+  EXPECT_EQ(UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "1.2.3.4", "b", "X-Fencing-Token",
+                                true, 10),
+            "POST /o HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-Forwarded-For: 1.2.3.4\r\nX-Fencing-Token: 10\r\n\r\n");
+  RequestHead longest = Request(11, {{"X-Fencing-Token", "18446744073709551615"}});
+  EXPECT_EQ(UpstreamRequestHead(longest, NextHopFraming::None(), "/o", "", "1.2.3.4", "b", "X-Fencing-Token", true,
+                                18446744073709551615u),
+            "POST /o HTTP/1.1\r\nX-Forwarded-For: 1.2.3.4\r\nHost: b\r\nX-Fencing-Token: 18446744073709551615\r\n\r\n");
+}
+
 // A head longer than any first guess at its size.
 TEST(UpstreamRequestHeadTest, WritesALongHeadWhole) {
   Fields fields;

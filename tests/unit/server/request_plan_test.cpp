@@ -219,7 +219,10 @@ TEST_P(PlanRequestTest, DecidesOnTheHead) {
   if (c.action != Action::kReject) {
     EXPECT_EQ(plan.host, c.host) << c.what << ": host";
   }
-  EXPECT_EQ(plan.drop_header, c.drop_token ? std::string_view("X-Fencing-Token") : std::string_view())
+  // A fenced request's token goes on as the proxy parsed it (rewritten), unless the route drops it.
+  const bool rewritten = c.action == Action::kFence && !c.drop_token;
+  EXPECT_EQ(plan.rewrite_token, rewritten) << c.what << ": rewrite_token";
+  EXPECT_EQ(plan.drop_header, c.drop_token || rewritten ? std::string_view("X-Fencing-Token") : std::string_view())
       << c.what << ": drop_header";
   // The metrics the session will count into: the route's, or the unmatched ones.
   EXPECT_EQ(&plan.metrics(env.runtime()),
