@@ -438,6 +438,34 @@ class BackendIntegrityTest(ProxyTestCase):
                                  "backend's %r:\n%s" % (spelling, head))
                 self.assertEqual(rest, b"ok")
 
+    def test_token_reaches_the_backend_as_the_proxy_parsed_it(self):
+        """The token the fence decided on is the one the backend sees: `X-Fencing-Token: 01000`
+        (1000 to the proxy; 512 to a reader of leading zeros as octal) goes on as one `1000`; a chunked
+        body held whole goes on with its length."""
+        backend, proxy = self.start("answer")
+        data = (b"PUT /fenced/t HTTP/1.1\r\nHost: t\r\nConnection: close\r\nx-fencing-token: 01000\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n03\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nT: 1\r\n\r\n")
+        head, rest, _ = raw_response(proxy.port, data)
+        self.assertTrue(head.startswith("HTTP/1.1 200 "), head)
+        backend.quiet(period=0.2)
+        forwarded = backend.connections()[0]
+        up_head, _, body = forwarded.partition(b"\r\n\r\n")
+        up_head = up_head.decode("latin-1")
+        self.assertEqual(header_values(up_head, "X-Fencing-Token"), ["1000"], up_head)
+        self.assertEqual(header_values(up_head, "Content-Length"), ["5"], up_head)
+        self.assertEqual(header_values(up_head, "Transfer-Encoding"), [], up_head)
+        self.assertEqual(body, b"abcde", "the body, de-chunked, and nothing after it")
+
+    def test_204_reaches_the_client_without_a_content_length(self):
+        """A 204 has no Content-Length (RFC 9110 8.6): the backend's is not relayed."""
+        answer = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nX-A: 1\r\n\r\n"
+        backend, proxy = self.start("scripted", respond=lambda r: [(0, answer)])
+        head, rest, _ = raw_response(proxy.port, request_bytes("GET", "/nothing"))
+        self.assertTrue(head.startswith("HTTP/1.1 204 "), head)
+        self.assertEqual(header_values(head, "Content-Length"), [], head)
+        self.assertEqual(header_values(head, "X-A"), ["1"], head)
+        self.assertEqual(rest, b"")
+
 
 if __name__ == "__main__":
     unittest.main()
