@@ -427,6 +427,29 @@ def read_response(sock, timeout=IO_TIMEOUT):
     return ResponseReader(sock, timeout).read()
 
 
+def sigstop_and_wait(pid, timeout=10.0):
+    """SIGSTOP, then returns once every thread of pid has stopped (state T in /proc): the signal
+    takes effect as each thread is next scheduled, and on a loaded machine a process can still
+    read, answer or admit something in between."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        try:
+            tasks = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            return True  # gone
+        states = []
+        for task in tasks:
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                    states.append(f.read().rpartition(")")[2].split()[0])
+            except (OSError, IndexError):
+                continue
+        return all(state in ("T", "t", "Z", "X") for state in states)
+
+    wait_for(stopped, timeout, 0.005, "process %d to stop" % pid)
+
+
 def connect(port, timeout=IO_TIMEOUT):
     """A client connection to 127.0.0.1:port."""
     return socket.create_connection(("127.0.0.1", port), timeout=timeout)

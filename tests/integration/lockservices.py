@@ -229,8 +229,9 @@ class EtcdServer:
                 self._peer_url = "http://127.0.0.1:%d" % _free_port()
 
     def pause(self):
-        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server)."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server).
+        Returns once every thread has stopped."""
+        harness.sigstop_and_wait(self.proc.pid)
 
     def resume(self):
         os.kill(self.proc.pid, signal.SIGCONT)
@@ -376,8 +377,9 @@ class ZooKeeperServer:
         self._launch()
 
     def pause(self):
-        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server)."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        """SIGSTOP: connections stay open and accepted, nothing is answered (a hung server).
+        Returns once every thread has stopped."""
+        harness.sigstop_and_wait(self.proc.pid)
 
     def resume(self):
         os.kill(self.proc.pid, signal.SIGCONT)

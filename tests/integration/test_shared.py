@@ -38,7 +38,7 @@ import unittest
 import urllib.request
 
 import lockservices as ls
-from harness import ProxyTestCase, binary_sanitizer, free_port, metric, wait_for
+from harness import ProxyTestCase, binary_sanitizer, free_port, metric, sigstop_and_wait, wait_for
 from test_order import check_order
 
 
@@ -218,23 +218,6 @@ class MemberWatch:
 
 
 @unittest.skipIf(SKIP, SKIP)
-def wait_stopped(pid, timeout=5.0):
-    """Returns once every thread of pid is stopped (state T in /proc)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = []
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                    states.append(f.read().rpartition(")")[2].split()[0])
-            except FileNotFoundError:
-                continue
-        if states and all(st in ("T", "t") for st in states):
-            return
-        time.sleep(0.005)
-    raise AssertionError("process %d did not stop within %.1fs" % (pid, timeout))
-
-
 class SharedFencesTest(ProxyTestCase):
 
     @classmethod
@@ -650,12 +633,11 @@ class SharedFencesTest(ProxyTestCase):
             self.wait_max(proxy, 30)
         a_id = fence_store_doc(a).get("member_id")
         stopped = time.monotonic()
-        os.kill(a.proc.pid, signal.SIGSTOP)
         self.addCleanup(lambda: a.running() and os.kill(a.proc.pid, signal.SIGCONT))
         # SIGSTOP reaches a process's threads a little later: a request sent before every thread
         # stopped can be read and admitted first, and delivered after the stop (the one timing
         # assumption, not what this test is about).
-        wait_stopped(a.proc.pid)
+        sigstop_and_wait(a.proc.pid)
         # Sent after the stop: the kernel accepts the connection and queues the request; A reads
         # it only when it runs again, with a lease that ran out meanwhile.
         queued = self.in_thread(self.put, a, "queued30", 30, timeout=20)
