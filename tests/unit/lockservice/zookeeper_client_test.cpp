@@ -174,7 +174,13 @@ class ZooKeeperProcess {
 
   std::string hosts() const { return "127.0.0.1:" + std::to_string(port_); }
   bool alive() const { return pid_ != 0; }
-  void Pause() { kill(pid_, SIGSTOP); }
+  // Returns once ZooKeeper is stopped (as EtcdProcess::Pause): SIGSTOP reaches a busy JVM's
+  // threads a little later, and one of them could still answer a request sent right after kill().
+  void Pause() {
+    kill(pid_, SIGSTOP);
+    int status = 0;
+    waitpid(pid_, &status, WUNTRACED);
+  }
   void Resume() { kill(pid_, SIGCONT); }
   void Kill() {
     if (pid_ == 0) return;
