@@ -299,7 +299,8 @@ void CheckForwardable(const RequestHead& req, const RequestPlan& plan, const Run
   }
   FUZZ_CHECK((plan.route ? plan.route->config : nullptr) == want, "the plan routes elsewhere than the longest prefix");
   FUZZ_CHECK(plan.route || config.unmatched == Unmatched::kPass, "an unmatched request forwarded under unmatched: reject");
-  FUZZ_CHECK(plan.rewrite_token == (plan.action == RequestPlan::Action::kFence && plan.route->config->forward_token),
+  // (plan.problem.token: the token a fenced request carried, kept once the fence has answered)
+  FUZZ_CHECK(plan.rewrite_token == (plan.problem.token.has_value() && plan.route && plan.route->config->forward_token),
              "a fenced token not rewritten for the backend, or another rewritten");
   FUZZ_CHECK(plan.drop_header == (plan.route && (!plan.route->config->forward_token || plan.rewrite_token)
                                       ? std::string_view(config.token_header)
