@@ -72,14 +72,24 @@ run_integration() {  # build-dir sanitizer module...
   local logs=$report_dir/integration-logs
   mkdir -p "$logs"
   local -a running=()
+  run_module() {  # module: runs it, its output to its log, its exit status to its .rc
+    (cd tests/integration && FP_BINARY="$wrapper" FP_SOURCE_DIR="$source_dir" FP_FAULT_SHIM="$shim" \
+      timeout 600 "$python" -m unittest -v "$1" >"$logs/$1.log" 2>&1; echo $? >"$logs/$1.rc")
+  }
   report() {  # module: prints its log, says whether it failed
     echo "=== integration.$1"
     cat "$logs/$1.log"
+    # test_shared's raises still fail now and then on a loaded machine (issue 24, open): a
+    # failure there, and only there, is run once more, and said so loudly.
+    if [ "$(cat "$logs/$1.rc")" != 0 ] && [ "$1" = test_shared ]; then
+      echo "=== integration.$1 FAILED; running it once more (timing-sensitive, issue 24)"
+      run_module "$1"
+      cat "$logs/$1.log"
+    fi
     [ "$(cat "$logs/$1.rc")" = 0 ]
   }
   for module in "$@"; do
-    (cd tests/integration && FP_BINARY="$wrapper" FP_SOURCE_DIR="$source_dir" FP_FAULT_SHIM="$shim" \
-      timeout 600 "$python" -m unittest -v "$module" >"$logs/$module.log" 2>&1; echo $? >"$logs/$module.rc") &
+    run_module "$module" &
     running+=("$module")
     if [ ${#running[@]} -ge "${INTEGRATION_JOBS:-$jobs}" ]; then
       wait -n || true
