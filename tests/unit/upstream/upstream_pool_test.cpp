@@ -136,8 +136,8 @@ TEST(UpstreamPoolStrayBytesTest, AcquireNeverTakesAConnectionThatReceivedBytesWh
   std::atomic<bool> spoke{false};
   ScriptedBackend backend([&](Conn& c) {
     c.ReadRequest();  // the acquire below writes one request, then the connection idles
+    spoke = true;  // (before the write: the test sees the bytes as soon as they are sent)
     c.Write("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON");
-    spoke = true;
     c.Hold();
   });
   asio::io_context ioc;
@@ -146,7 +146,8 @@ TEST(UpstreamPoolStrayBytesTest, AcquireNeverTakesAConnectionThatReceivedBytesWh
   ASSERT_TRUE(a.connection);
   const uint16_t port = LocalPort(*a.connection);
   const int fd = a.connection->socket.native_handle();
-  ASSERT_EQ(::send(fd, "GET / HTTP/1.1\r\nHost: b\r\n\r\n", 29, MSG_NOSIGNAL), 29);
+  constexpr std::string_view kGet = "GET / HTTP/1.1\r\nHost: b\r\n\r\n";
+  ASSERT_EQ(::send(fd, kGet.data(), kGet.size(), MSG_NOSIGNAL), static_cast<ssize_t>(kGet.size()));
   pool.Release(std::move(a.connection));  // as if its (empty) response had ended cleanly
   ASSERT_EQ(pool.idle_count(), 1u);
   pollfd p{fd, POLLIN, 0};
