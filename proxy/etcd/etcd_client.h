@@ -36,6 +36,7 @@
 //     a word.
 
 #include "config/config.h"
+#include "etcd/kv.h"
 
 #include <boost/json/object.hpp>
 
@@ -59,11 +60,6 @@ std::string Base64Encode(std::string_view bytes);
 // False when text is not valid padded base64.
 bool Base64Decode(std::string_view text, std::string* bytes);
 
-// The range_end that makes [prefix, range_end) every key starting with prefix (clientv3's
-// GetPrefixRangeEnd): the prefix with its last byte below 0xff incremented and what follows it
-// dropped; "\0" (every key from prefix on) when the prefix is empty or all 0xff.
-std::string PrefixRangeEnd(std::string_view prefix);
-
 // An int64 field as the gateway writes it: a decimal string (or a JSON integer); absent means 0
 // (proto3 leaves out zero values). False, with a readable error, for anything else.
 bool ReadInt64(const boost::json::object& object, std::string_view field, int64_t* out, std::string* error);
@@ -77,12 +73,6 @@ struct Endpoint {
 // "http://host:port" or "https://host:port" (no path, no user info). False with an error otherwise.
 bool ParseEndpoint(std::string_view text, Endpoint* out, std::string* error);
 
-// One key-value as etcd returns it (a range's "kvs", a watch event's "kv"). A deleted key's kv in
-// a watch event carries only key and mod_revision (the delete's revision).
-struct KeyValue {
-  std::string key, value;  // bytes, decoded from base64
-  int64_t create_revision = 0, mod_revision = 0, version = 0, lease = 0;
-};
 // False with a readable error when a field has the wrong type or the key is missing or not base64
 // (the value may be absent: proto3 leaves out empty bytes).
 bool ReadKeyValue(const boost::json::object& kv, KeyValue* out, std::string* error);
@@ -121,10 +111,6 @@ struct TxnResult {
 };
 bool ReadTxn(const boost::json::object& response, TxnResult* out, std::string* error);
 
-struct WatchEvent {
-  enum class Type { kPut, kDelete } type = Type::kPut;  // proto3 JSON leaves out PUT (0)
-  KeyValue kv;
-};
 // The events of one WatchResponse ("events" absent: none).
 bool ReadWatchEvents(const boost::json::object& watch_response, std::vector<WatchEvent>* out, std::string* error);
 
@@ -169,31 +155,12 @@ class EtcdClient {
   void LeaseRevoke(int64_t id, Callback done);
 
   // ---- Watches.
-  struct WatchOptions {
-    std::string key, range_end;   // range_end empty: key alone (etcd::PrefixRangeEnd for a prefix)
-    int64_t start_revision = 0;   // 0: from the next revision on
-    bool progress_notify = true;  // etcd sends an empty message now and then (every 10 min by default)
-  };
-  struct WatchEnd {
-    enum class Reason {
-      kCompacted,  // start_revision is compacted: read again at compact_revision or later, watch again
-      kError,      // connection, etcd (canceled, error message) or start-up timeout; error says which
-      kCancelled,  // WatchHandle::Cancel
-    } reason = Reason::kError;
-    int64_t compact_revision = 0;  // kCompacted
-    std::string error;             // kError: readable
-  };
-  class WatchHandle {
-   public:
-    virtual ~WatchHandle() = default;
-    // From any thread (a callback too), idempotent: on_end(kCancelled) follows unless the watch has
-    // already ended. Dropping the handle does not cancel.
-    virtual void Cancel() = 0;
-  };
-  // revision: the message's header.revision. Also called with no events for the "created" message
-  // (the first) and for progress notifications.
-  using WatchEvents = std::function<void(int64_t revision, std::vector<etcd::WatchEvent> events)>;
-  using WatchEnded = std::function<void(WatchEnd)>;
+  // (The types of kv.h, by their old names here.)
+  using WatchOptions = etcd::WatchOptions;
+  using WatchEnd = etcd::WatchEnd;
+  using WatchHandle = etcd::WatchHandle;
+  using WatchEvents = etcd::WatchEvents;
+  using WatchEnded = etcd::WatchEnded;
   // Starts a watch; on_events and on_end run on the client's thread, on_end exactly once and
   // nothing after it. Stop ends every watch with kError "etcd client stopped"; after Stop, on_end
   // is called at once (inside Watch, as Call does: the client's thread is gone).
