@@ -38,7 +38,7 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
   AdmitResult result;
   {
     std::lock_guard lock(mu_);
-    uint64_t effective_max = std::max(max_token_, pending_);
+    uint64_t effective_max = EffectiveMaxLocked();
     if (AdmitResult refusal = RefusalLocked(token, max_jump); refusal.admission != Admission::kAdmitted) {
       return refusal;
     }
@@ -47,8 +47,9 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
       return {Admission::kAdmitted, max_token_};
     }
     if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
-    if (token > effective_max) {
-      // A newer holder: whoever waited for the older raise has lost the lock too.
+    if (token > pending_) {
+      // A newer holder (or the holder of a withdrawn raise, at the floor, trying again): whoever
+      // waited for an older raise has lost the lock too.
       RejectWaiters(Admission::kStale, token, wakeups);
       if (pending_ == 0) pending_since_ = clock_();
       pending_ = token;
@@ -68,7 +69,7 @@ AdmitResult Fence::Check(uint64_t token, uint64_t max_jump) const {
 }
 
 AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
-  uint64_t effective_max = std::max(max_token_, pending_);
+  uint64_t effective_max = EffectiveMaxLocked();
   if (state_failed_.load(std::memory_order_acquire)) return {Admission::kFailed, effective_max};
   if (gate_ && !gate_->Open()) return {Admission::kUnavailable, effective_max};
   if (token < effective_max) return {Admission::kStale, effective_max};
@@ -118,7 +119,9 @@ void Fence::OnPersisted(uint64_t token, PersistResult result) {
       // Only this raise is lost. A higher one that arrived meanwhile (another member's, or a
       // newer holder here) stays pending and is asked for next.
       if (pending_ == token) {
-        RejectWaiters(Admission::kUnavailable, std::max(max_token_, pending_), wakeups);
+        // Tokens below it were refused while it was pending, and stay refused (the floor).
+        RejectWaiters(Admission::kUnavailable, pending_, wakeups);
+        floor_ = std::max(floor_, token);
         pending_ = 0;
       }
       to_persist = TakeRaiseToPersist();
@@ -163,7 +166,8 @@ void Fence::RemotePending(uint64_t token) {
   uint64_t to_persist = 0;
   {
     std::lock_guard lock(mu_);
-    if (token <= std::max(max_token_, pending_)) return;
+    // (At the floor too: a withdrawn raise tried again must be acknowledged here.)
+    if (token <= max_token_ || token <= pending_) return;
     // As a higher token arriving here: whoever waited for a lower raise has lost the lock.
     RejectWaiters(Admission::kStale, token, wakeups);
     if (pending_ == 0) pending_since_ = clock_();
@@ -192,9 +196,20 @@ void Fence::RemoteCommitted(uint64_t token) {
 }
 
 void Fence::RemoteWithdrawn(uint64_t token) {
-  std::lock_guard lock(mu_);
-  if (pending_ != token || persisting_ != 0 || !waiters_.empty()) return;
-  pending_ = 0;
+  std::vector<Wakeup> wakeups;
+  {
+    std::lock_guard lock(mu_);
+    floor_ = std::max(floor_, token);
+    if (pending_ != 0 && pending_ < token) {
+      // A raise here below the withdrawn one: its holder has lost the lock. (A persist of it
+      // under way ends through OnPersisted, which then finds nothing pending.)
+      RejectWaiters(Admission::kStale, token, wakeups);
+      pending_ = 0;
+    } else if (pending_ == token && persisting_ == 0 && waiters_.empty()) {
+      pending_ = 0;
+    }
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
 }
 
 bool Fence::Abandon(RaiseWaiter& waiter) {
@@ -207,12 +222,12 @@ bool Fence::Abandon(RaiseWaiter& waiter) {
 
 FenceSnapshot Fence::Snapshot() const {
   std::lock_guard lock(mu_);
-  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size()};
+  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size(), floor_ > max_token_ ? floor_ : 0};
 }
 
 bool Fence::Idle() const {
   std::lock_guard lock(mu_);
-  return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty();
+  return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty() && floor_ <= max_token_;
 }
 
 uint64_t Fence::max_token() const {

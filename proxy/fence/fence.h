@@ -6,6 +6,9 @@
 //   token >  max (and >= any pending raise)  -> becomes the pending raise; waits until every
 //                                               admitted write has completed, is made durable,
 //                                               then its waiters are admitted together
+//   token <  floor                            -> stale (shared store only: the floor is the
+//                                               highest raise that was given up; the tokens it
+//                                               refused while pending stay refused)
 //
 // So at any moment every admitted write of a fence carries the same token, and the backend never
 // sees a lower token after (or while) it sees a higher one. The class knows nothing of sockets,
@@ -14,6 +17,7 @@
 
 #include "fence/fence_observer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -51,13 +55,21 @@ enum class PersistResult {
 class MembershipGate {
  public:
   static int64_t NowNanos();  // CLOCK_BOOTTIME
-  bool Open() const { return NowNanos() < deadline_ns_.load(std::memory_order_acquire); }
+  // A clock of the caller's instead of CLOCK_BOOTTIME (the simulation's virtual one).
+  using Clock = int64_t (*)(const void* context);
+  MembershipGate() = default;
+  MembershipGate(Clock clock, const void* context) : clock_(clock), context_(context) {}
+  int64_t Now() const { return clock_ ? clock_(context_) : NowNanos(); }
+
+  bool Open() const { return Now() < deadline_ns_.load(std::memory_order_acquire); }
   void OpenUntil(int64_t deadline_ns) { deadline_ns_.store(deadline_ns, std::memory_order_release); }
   void Close() { deadline_ns_.store(0, std::memory_order_release); }
   // Nanoseconds left; <= 0 when closed.
-  int64_t Left() const { return deadline_ns_.load(std::memory_order_acquire) - NowNanos(); }
+  int64_t Left() const { return deadline_ns_.load(std::memory_order_acquire) - Now(); }
 
  private:
+  const Clock clock_ = nullptr;
+  const void* const context_ = nullptr;
   std::atomic<int64_t> deadline_ns_{0};
 };
 
@@ -96,6 +108,7 @@ struct FenceSnapshot {
   uint64_t pending = 0;  // 0: no raise pending
   uint64_t inflight = 0;
   uint64_t waiting = 0;
+  uint64_t floor = 0;  // 0: none above the max
 };
 
 class Fence {
@@ -132,9 +145,12 @@ class Fence {
   //                       here that carry T wait for it like any raise's waiters
   //   RemoteCommitted(T)  T is the committed max (raised elsewhere): waiters carrying T go,
   //                       lower ones are stale; a higher pending raise stays pending
-  //   RemoteWithdrawn(T)  the raise to T was given up before our drain ended: unless requests
-  //                       here carry T (they raise it themselves once drained), tokens below T
-  //                       are admitted again
+  //   RemoteWithdrawn(T)  the raise to T was given up: T is the floor (tokens below it stay
+  //                       stale, T itself raises again); requests here carrying T raise it
+  //                       themselves once drained, a lower raise here is stale
+  //
+  // A raise of ours that ends kNotDurable leaves its token as the floor the same way: the tokens
+  // refused while it was pending (409) never become the max later.
   void RemotePending(uint64_t token);
   void RemoteCommitted(uint64_t token);
   void RemoteWithdrawn(uint64_t token);
@@ -158,6 +174,7 @@ class Fence {
   AdmitResult AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump);
   // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
   AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
+  uint64_t EffectiveMaxLocked() const { return std::max({max_token_, pending_, floor_}); }
   // Both called with mu_ held; return what to do once it is released.
   uint64_t TakeRaiseToPersist();
   void RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups);
@@ -174,6 +191,7 @@ class Fence {
   uint64_t max_token_;            // durable
   uint64_t inflight_ = 0;         // admitted writes (all carry max_token_)
   uint64_t pending_ = 0;          // highest token waiting to be raised to; 0 if none
+  uint64_t floor_ = 0;            // tokens below it are stale (a given-up raise's token)
   uint64_t persisting_ = 0;       // the token the persister is writing now; 0 if none
   double pending_since_ = 0;      // when the current drain began (raise_wait_seconds)
   std::vector<RaiseWaiter*> waiters_;  // requests carrying pending_

@@ -130,13 +130,46 @@ TEST_F(FenceRemoteTest, AHigherRemoteRaiseStalesTheWaitersOfALowerOne) {
   EXPECT_EQ(fence_.Snapshot().pending, 9u);
 }
 
-TEST_F(FenceRemoteTest, WithdrawnBeforeTheDrainEndedAdmitsLowerTokensAgain) {
+TEST_F(FenceRemoteTest, AWithdrawnRaiseLeavesItsTokenAsTheFloor) {
   ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
   fence_.RemotePending(9);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kStale);  // answered 409 ...
   fence_.RemoteWithdrawn(9);
   EXPECT_EQ(fence_.Snapshot().pending, 0u);
-  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  EXPECT_EQ(fence_.Snapshot().floor, 9u);
+  // ... and it stays refused: a token answered 409 never becomes the max later.
+  AdmitResult refused = fence_.AdmitWithoutWaiting(5);
+  EXPECT_EQ(refused.admission, Admission::kStale);
+  EXPECT_EQ(refused.max_token, 9u);
+  EXPECT_FALSE(fence_.Idle()) << "a key with a floor above its max is never folded away";
   fence_.Release();
+  EXPECT_TRUE(store_.asked.empty());
+  // The holder of 9 tries again: a raise like any other.
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
+  EXPECT_EQ(fence_.Snapshot().floor, 0u);
+}
+
+TEST_F(FenceRemoteTest, AWithdrawnRaiseTriedAgainElsewhereIsAcknowledgedHere) {
+  fence_.RemotePending(9);
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+  store_.Answer(PersistResult::kNotDurable);  // the acknowledgement ended: withdrawn
+  EXPECT_EQ(fence_.Snapshot().floor, 9u);
+  fence_.RemotePending(9);  // its holder, through another proxy
+  EXPECT_EQ(fence_.Snapshot().pending, 9u);
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 9})) << "acknowledged again";
+}
+
+TEST_F(FenceRemoteTest, AWithdrawnHigherRaiseStalesALowerOneWaitingHere) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter w7;
+  ASSERT_EQ(fence_.Admit(7, w7).admission, Admission::kWaiting);
+  fence_.RemoteWithdrawn(9);  // seen only as given up (a reload after it happened)
+  EXPECT_TRUE(w7.Is(Admission::kStale, 9));
+  EXPECT_EQ(fence_.Snapshot().pending, 0u);
   fence_.Release();
   EXPECT_TRUE(store_.asked.empty());
 }
@@ -160,8 +193,7 @@ TEST_F(FenceRemoteTest, ARaiseNotCommittedRefusesOnlyItsWaitersAndTheFenceGoesOn
   EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
   EXPECT_EQ(fence_.Snapshot().pending, 0u);
   EXPECT_FALSE(failed_.load()) << "not terminal";
-  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
-  fence_.Release();
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kStale) << "9's floor";
   Waiter again;
   ASSERT_EQ(fence_.Admit(9, again).admission, Admission::kWaiting);  // the client's retry
   store_.Answer(PersistResult::kDurable);
