@@ -37,6 +37,10 @@ struct RangeRequest {
   std::string range_end;  // empty: key alone; PrefixRangeEnd(p): every key starting with p
   int64_t revision = 0;   // 0: the newest
   int64_t limit = 0;      // 0: no limit
+  // The order the kvs come in, ascending, the limit applied after it (clientv3's WithSort). The
+  // fence store keeps kKey, etcd's own order; EtcdLockService asks for the lowest create revision.
+  enum class SortBy { kKey, kCreateRevision } sort_by = SortBy::kKey;
+  bool keys_only = false;  // kvs without their values
 };
 struct RangeResponse {
   int64_t revision = 0;  // the store's revision the range was read at (header.revision)

@@ -1,10 +1,6 @@
 #include "lockservice/etcd_lock_service.h"
 
-#include <boost/json/array.hpp>
-
 namespace fencing {
-
-namespace json = boost::json;
 
 namespace {
 
@@ -21,52 +17,42 @@ std::unique_ptr<EtcdLockService> EtcdLockService::Create(const EtcdClientConfig&
 EtcdLockService::EtcdLockService(std::unique_ptr<EtcdClient> client) : client_(std::move(client)) {}
 EtcdLockService::~EtcdLockService() { Stop(); }
 
-json::object EtcdLockService::HolderRequest(std::string_view lock) {
-  std::string prefix = Prefix(lock);
-  // serializable is left out (false): the read goes through the leader's read index, so a lock
-  // released or taken a moment ago is seen as it is now.
-  return json::object{
-      {"key", etcd::Base64Encode(prefix)},
-      {"range_end", etcd::Base64Encode(etcd::PrefixRangeEnd(prefix))},
-      {"limit", "1"},
-      {"sort_order", "ASCEND"},
-      {"sort_target", "CREATE"},
-      {"keys_only", true},
-  };
+etcd::RangeRequest EtcdLockService::HolderRequest(std::string_view lock) {
+  const std::string prefix = Prefix(lock);
+  etcd::RangeRequest request;
+  request.key = prefix;
+  request.range_end = etcd::PrefixRangeEnd(prefix);
+  request.limit = 1;
+  request.sort_by = etcd::RangeRequest::SortBy::kCreateRevision;
+  request.keys_only = true;
+  // Linearizable (the client's ranges always are): a lock released or taken a moment ago is seen
+  // as it is now.
+  return request;
 }
 
-HolderAnswer EtcdLockService::HolderFromRange(std::string_view lock, const EtcdResult& result) {
-  std::string where = "etcd range over " + Prefix(lock) + ": ";
-  if (!result.ok()) return HolderAnswer::Unavailable(where + result.error);
-  const json::value* kvs = result.response.if_contains("kvs");
-  if (kvs == nullptr || (kvs->is_array() && kvs->get_array().empty())) return HolderAnswer::Free();
-  if (!kvs->is_array() || !kvs->get_array().front().is_object()) {
-    return HolderAnswer::Unavailable(where + "\"kvs\" is not an array of objects");
-  }
-  const json::object& kv = kvs->get_array().front().get_object();
-  const json::value* key = kv.if_contains("key");
-  std::string name;
-  if (key == nullptr || !key->is_string() || !etcd::Base64Decode(key->get_string(), &name)) {
-    return HolderAnswer::Unavailable(where + "the holder's key is missing or not base64");
-  }
+HolderAnswer EtcdLockService::HolderFromRange(std::string_view lock, const etcd::Status& status,
+                                              const etcd::RangeResponse& range) {
+  const std::string where = "etcd range over " + Prefix(lock) + ": ";
+  if (!status.ok()) return HolderAnswer::Unavailable(where + status.error);
+  if (range.kvs.empty()) return HolderAnswer::Free();
+  const etcd::KeyValue& kv = range.kvs.front();
   // The range asked for keys under the prefix only; anything else is a broken answer.
-  if (!name.starts_with(Prefix(lock))) return HolderAnswer::Unavailable(where + "etcd answered with key " + name + ", outside the lock");
-  int64_t revision = 0;
-  std::string error;
-  if (!etcd::ReadInt64(kv, "create_revision", &revision, &error)) return HolderAnswer::Unavailable(where + error);
-  if (revision <= 0) return HolderAnswer::Unavailable(where + "the holder " + name + " has no create revision");
+  if (!kv.key.starts_with(Prefix(lock))) {
+    return HolderAnswer::Unavailable(where + "etcd answered with key " + kv.key + ", outside the lock");
+  }
+  if (kv.create_revision <= 0) return HolderAnswer::Unavailable(where + "the holder " + kv.key + " has no create revision");
   HolderAnswer held;
   held.status = HolderAnswer::Status::kHeld;
-  held.token = uint64_t(revision);
-  held.holder = std::move(name);
+  held.token = uint64_t(kv.create_revision);
+  held.holder = kv.key;
   return held;
 }
 
 void EtcdLockService::FindHolder(std::string_view lock, Done done) {
-  client_->Call("/v3/kv/range", HolderRequest(lock),
-                [lock = std::string(lock), done = std::move(done)](EtcdResult result) {
-                  done(HolderFromRange(lock, result));
-                });
+  client_->Range(HolderRequest(lock), [lock = std::string(lock), done = std::move(done)](etcd::Status status,
+                                                                                       etcd::RangeResponse range) {
+    done(HolderFromRange(lock, status, range));
+  });
 }
 
 void EtcdLockService::Stop() { client_->Stop(); }

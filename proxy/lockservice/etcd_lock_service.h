@@ -22,11 +22,14 @@ class EtcdLockService : public LockService {
   void FindHolder(std::string_view lock, Done done) override;
   void Stop() override;
 
-  // The range request that finds the holder of lock (pure).
-  static boost::json::object HolderRequest(std::string_view lock);
-  // The answer to HolderRequest(lock) as a HolderAnswer (pure). Anything unexpected in the
-  // response is kUnavailable: never a guessed holder.
-  static HolderAnswer HolderFromRange(std::string_view lock, const EtcdResult& result);
+  // The range that finds the holder of lock (pure): the keys under "lock/", the lowest create
+  // revision first, limit 1, keys only, linearizable.
+  static etcd::RangeRequest HolderRequest(std::string_view lock);
+  // The answer to HolderRequest(lock) as a HolderAnswer (pure). An error, or anything unexpected
+  // in the range (a key outside the lock, no create revision), is kUnavailable: never a guessed
+  // holder. (An answer that is not a RangeResponse is the client's error already.)
+  static HolderAnswer HolderFromRange(std::string_view lock, const etcd::Status& status,
+                                      const etcd::RangeResponse& range);
 
  private:
   std::unique_ptr<EtcdClient> client_;

@@ -1,8 +1,10 @@
-// EtcdClient (calls, txns, leases, watches) and EtcdLockService: the gateway's small rules as
-// tables, then the client against a real etcd (etcd/etcd_process.h), plain HTTP once per suite,
-// and https with auth in a suite of its own (certificates made by openssl).
-// Without etcd the real-server tests skip, unless FP_REQUIRE_LOCK_SERVICES=1 makes that a failure.
+// EtcdClient (kv.h's Range, Txn, Put, leases, watches) and EtcdLockService against a real etcd
+// (etcd/etcd_process.h): plain HTTP once per suite, and https with auth in a suite of its own
+// (certificates made by openssl); the lock service's pure rules first. The gateway's JSON alone is
+// codec_test.cpp's. Without etcd the real-server tests skip, unless FP_REQUIRE_LOCK_SERVICES=1
+// makes that a failure.
 
+#include "etcd/codec.h"
 #include "etcd/etcd_client.h"
 #include "lockservice/etcd_lock_service.h"
 
@@ -42,285 +44,57 @@ using Status = HolderAnswer::Status;
 
 // ------------------------------------------------------------------------------- pure rules
 
-TEST(EtcdRules, Base64RoundTripsAndRejectsBadText) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="},
-      {"/locks/a/", "L2xvY2tzL2Ev"}, {std::string("\xff\x00\xfe", 3), "/wD+"}};
-  for (const auto& [bytes, text] : cases) {
-    EXPECT_EQ(etcd::Base64Encode(bytes), text);
-    std::string decoded;
-    ASSERT_TRUE(etcd::Base64Decode(text, &decoded)) << text;
-    EXPECT_EQ(decoded, bytes);
-  }
-  for (const char* bad : {"Zg=", "Z===", "Zg==Zg==", "Zm9v!", "Zg=a", "====", "Zm 9"}) {
-    std::string out;
-    EXPECT_FALSE(etcd::Base64Decode(bad, &out)) << bad;
-  }
-}
-
-TEST(EtcdRules, PrefixRangeEndIsClientv3s) {
-  EXPECT_EQ(etcd::PrefixRangeEnd("/locks/a/"), "/locks/a0");
-  EXPECT_EQ(etcd::PrefixRangeEnd("a\xff"), "b");
-  EXPECT_EQ(etcd::PrefixRangeEnd("a\xfe"), "a\xff");
-  EXPECT_EQ(etcd::PrefixRangeEnd("\xff\xff"), std::string(1, '\0'));
-  EXPECT_EQ(etcd::PrefixRangeEnd(""), std::string(1, '\0'));
-}
-
-TEST(EtcdRules, ReadInt64TakesStringsAndNumbersAndAbsence) {
-  json::object o = {{"s", "12345678901234"}, {"n", 7}, {"neg", "-3"}, {"bad", "12x"}, {"b", true},
-                    {"empty", ""}, {"huge", "99999999999999999999"}};
-  int64_t v = -1;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadInt64(o, "s", &v, &error));
-  EXPECT_EQ(v, 12345678901234);
-  ASSERT_TRUE(etcd::ReadInt64(o, "n", &v, &error));
-  EXPECT_EQ(v, 7);
-  ASSERT_TRUE(etcd::ReadInt64(o, "neg", &v, &error));
-  EXPECT_EQ(v, -3);
-  ASSERT_TRUE(etcd::ReadInt64(o, "absent", &v, &error));
-  EXPECT_EQ(v, 0);
-  for (const char* bad : {"bad", "b", "empty", "huge"}) {
-    error.clear();
-    EXPECT_FALSE(etcd::ReadInt64(o, bad, &v, &error)) << bad;
-    EXPECT_TRUE(Contains(error, bad));
-  }
-}
-
-TEST(EtcdRules, ParseEndpoint) {
-  etcd::Endpoint ep;
-  std::string error;
-  ASSERT_TRUE(etcd::ParseEndpoint("http://127.0.0.1:2379", &ep, &error)) << error;
-  EXPECT_FALSE(ep.tls);
-  EXPECT_EQ(ep.host, "127.0.0.1");
-  EXPECT_EQ(ep.port, 2379);
-  ASSERT_TRUE(etcd::ParseEndpoint("https://etcd.example:2379/", &ep, &error)) << error;
-  EXPECT_TRUE(ep.tls);
-  EXPECT_EQ(ep.host, "etcd.example");
-  ASSERT_TRUE(etcd::ParseEndpoint("http://[::1]:2379", &ep, &error)) << error;
-  EXPECT_EQ(ep.host, "::1");
-  for (const char* bad : {"127.0.0.1:2379", "grpc://h:1", "http://h", "http://h:0", "http://h:65536",
-                          "http://:2379", "http://h:2379/v3", "http://u@h:2379", "http://[::1]2379", "http://h:x"}) {
-    error.clear();
-    EXPECT_FALSE(etcd::ParseEndpoint(bad, &ep, &error)) << bad;
-    EXPECT_TRUE(Contains(error, bad)) << error;
-  }
-}
-
 TEST(EtcdRules, HolderRequestIsALinearizableSortedRangeOfOneKey) {
-  json::object r = EtcdLockService::HolderRequest("/locks/a");
-  EXPECT_EQ(r.at("key"), json::value(etcd::Base64Encode("/locks/a/")));
-  EXPECT_EQ(r.at("range_end"), json::value(etcd::Base64Encode("/locks/a0")));
-  EXPECT_EQ(r.at("limit"), "1");
-  EXPECT_EQ(r.at("sort_order"), "ASCEND");
-  EXPECT_EQ(r.at("sort_target"), "CREATE");
-  EXPECT_EQ(r.at("keys_only"), true);
-  EXPECT_FALSE(r.contains("serializable"));
+  etcd::RangeRequest r = EtcdLockService::HolderRequest("/locks/a");
+  EXPECT_EQ(r.key, "/locks/a/");
+  EXPECT_EQ(r.range_end, "/locks/a0");
+  EXPECT_EQ(r.limit, 1);
+  EXPECT_EQ(r.revision, 0);
+  EXPECT_EQ(r.sort_by, etcd::RangeRequest::SortBy::kCreateRevision);
+  EXPECT_TRUE(r.keys_only);
+  // As the gateway gets it: sorted by create revision, ascending, and never serializable.
+  json::object body = etcd::ToJson(r);
+  EXPECT_EQ(body.at("sort_order"), "ASCEND");
+  EXPECT_EQ(body.at("sort_target"), "CREATE");
+  EXPECT_EQ(body.at("keys_only"), true);
+  EXPECT_EQ(body.at("limit"), "1");
+  EXPECT_FALSE(body.contains("serializable"));
 }
 
-EtcdResult Ok(json::object response) { return EtcdResult{std::move(response), "", -1}; }
+etcd::KeyValue Kv(std::string key, int64_t create_revision) {
+  etcd::KeyValue kv;
+  kv.key = std::move(key);
+  kv.create_revision = create_revision;
+  return kv;
+}
+etcd::RangeResponse Kvs(std::vector<etcd::KeyValue> kvs) {
+  etcd::RangeResponse r;
+  r.revision = 50;
+  r.kvs = std::move(kvs);
+  return r;
+}
 
 TEST(EtcdRules, HolderFromRange) {
   const std::string lock = "/locks/a";
-  auto key = [](const std::string& k) { return etcd::Base64Encode(k); };
-
-  HolderAnswer free = EtcdLockService::HolderFromRange(lock, Ok({{"header", json::object{}}}));
+  HolderAnswer free = EtcdLockService::HolderFromRange(lock, {}, Kvs({}));
   EXPECT_EQ(free.status, Status::kFree);
-  EXPECT_EQ(EtcdLockService::HolderFromRange(lock, Ok({{"kvs", json::array{}}})).status, Status::kFree);
 
-  HolderAnswer held = EtcdLockService::HolderFromRange(
-      lock, Ok({{"kvs", json::array{json::object{{"key", key("/locks/a/h1")}, {"create_revision", "42"}}}}}));
+  HolderAnswer held = EtcdLockService::HolderFromRange(lock, {}, Kvs({Kv("/locks/a/h1", 42), Kv("/locks/a/h0", 43)}));
   EXPECT_EQ(held.status, Status::kHeld);
   EXPECT_EQ(held.token, 42u);
   EXPECT_EQ(held.holder, "/locks/a/h1");
 
-  // Fail closed on anything broken: never a guessed holder.
-  const std::vector<json::object> broken = {
-      {{"kvs", "x"}},
-      {{"kvs", json::array{1}}},
-      {{"kvs", json::array{json::object{{"create_revision", "42"}}}}},
-      {{"kvs", json::array{json::object{{"key", "%%%"}, {"create_revision", "42"}}}}},
-      {{"kvs", json::array{json::object{{"key", key("/locks/ab/x")}, {"create_revision", "42"}}}}},
-      {{"kvs", json::array{json::object{{"key", key("/locks/a/h")}, {"create_revision", "x"}}}}},
-      {{"kvs", json::array{json::object{{"key", key("/locks/a/h")}}}}},
-  };
-  for (const auto& response : broken) {
-    HolderAnswer a = EtcdLockService::HolderFromRange(lock, Ok(response));
-    EXPECT_EQ(a.status, Status::kUnavailable) << json::serialize(response);
+  // Fail closed on anything unexpected: never a guessed holder.
+  for (const etcd::KeyValue& kv : {Kv("/locks/ab/x", 42), Kv("/locks/a", 42), Kv("/locks/a/h", 0), Kv("/locks/a/h", -1)}) {
+    HolderAnswer a = EtcdLockService::HolderFromRange(lock, {}, Kvs({kv}));
+    EXPECT_EQ(a.status, Status::kUnavailable) << kv.key << " " << kv.create_revision;
     EXPECT_TRUE(Contains(a.error, "/locks/a/"));
   }
-  HolderAnswer down = EtcdLockService::HolderFromRange(lock, EtcdResult{{}, "connect: refused", -1});
+  HolderAnswer down = EtcdLockService::HolderFromRange(lock, etcd::Status{"connect: refused", -1}, Kvs({Kv("/locks/a/h", 4)}));
   EXPECT_EQ(down.status, Status::kUnavailable);
   EXPECT_TRUE(Contains(down.error, "connect: refused"));
 }
 
-TEST(EtcdRules, ReadKeyValue) {
-  auto b = [](const char* t) { return etcd::Base64Encode(t); };
-  etcd::KeyValue kv;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadKeyValue({{"key", b("/k")}, {"value", b("v")}, {"create_revision", "3"}, {"mod_revision", "5"},
-                                  {"version", "2"}, {"lease", "7587883"}},
-                                 &kv, &error))
-      << error;
-  EXPECT_EQ(kv.key, "/k");
-  EXPECT_EQ(kv.value, "v");
-  EXPECT_EQ(kv.create_revision, 3);
-  EXPECT_EQ(kv.mod_revision, 5);
-  EXPECT_EQ(kv.version, 2);
-  EXPECT_EQ(kv.lease, 7587883);
-  // A deleted key's kv in a watch event: key and mod_revision only; proto3 leaves out the rest.
-  ASSERT_TRUE(etcd::ReadKeyValue({{"key", b("/gone")}, {"mod_revision", "9"}}, &kv, &error)) << error;
-  EXPECT_EQ(kv.key, "/gone");
-  EXPECT_EQ(kv.value, "");
-  EXPECT_EQ(kv.mod_revision, 9);
-  EXPECT_EQ(kv.create_revision, 0);
-  EXPECT_EQ(kv.lease, 0);
-
-  const std::vector<std::pair<json::object, std::string>> bad = {
-      {{{"value", b("v")}}, "without a key"},
-      {{{"key", 5}}, "without a key"},
-      {{{"key", "%%"}}, "not base64"},
-      {{{"key", b("/k")}, {"value", "!"}}, "/k"},
-      {{{"key", b("/k")}, {"mod_revision", "x"}}, "mod_revision"},
-      {{{"key", b("/k")}, {"lease", true}}, "lease"},
-  };
-  for (const auto& [object, words] : bad) {
-    error.clear();
-    EXPECT_FALSE(etcd::ReadKeyValue(object, &kv, &error)) << json::serialize(object);
-    EXPECT_TRUE(Contains(error, words)) << error;
-  }
-}
-
-TEST(EtcdRules, ReadRange) {
-  auto b = [](const char* t) { return etcd::Base64Encode(t); };
-  std::vector<etcd::KeyValue> kvs;
-  bool more = true;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadRange({{"header", json::object{{"revision", "4"}}}}, &kvs, &more, &error)) << error;
-  EXPECT_TRUE(kvs.empty());
-  EXPECT_FALSE(more);
-  ASSERT_TRUE(etcd::ReadRange({{"kvs", json::array{json::object{{"key", b("/a")}, {"value", b("1")}},
-                                                  json::object{{"key", b("/b")}}}},
-                               {"more", true},
-                               {"count", "5"}},
-                              &kvs, &more, &error))
-      << error;
-  ASSERT_EQ(kvs.size(), 2u);
-  EXPECT_EQ(kvs[0].key, "/a");
-  EXPECT_EQ(kvs[0].value, "1");
-  EXPECT_EQ(kvs[1].key, "/b");
-  EXPECT_TRUE(more);
-  const std::vector<std::pair<json::object, std::string>> bad = {
-      {{{"kvs", "x"}}, "kvs"},
-      {{{"kvs", json::array{1}}}, "not an object"},
-      {{{"kvs", json::array{json::object{{"key", "%%"}}}}}, "not base64"},
-      {{{"more", "yes"}}, "more"},
-  };
-  for (const auto& [object, words] : bad) {
-    error.clear();
-    EXPECT_FALSE(etcd::ReadRange(object, &kvs, &more, &error)) << json::serialize(object);
-    EXPECT_TRUE(Contains(error, words)) << error;
-  }
-}
-
-TEST(EtcdRules, HeaderRevision) {
-  const std::vector<std::pair<json::object, int64_t>> cases = {
-      {{{"header", json::object{{"revision", "42"}}}}, 42},
-      {{{"header", json::object{{"revision", 43}}}}, 43},
-      {{{"header", json::object{}}}, 0},
-      {{}, 0},
-      {{{"header", "x"}}, 0},
-      {{{"header", json::object{{"revision", "4x"}}}}, 0},
-  };
-  for (const auto& [response, revision] : cases) EXPECT_EQ(etcd::HeaderRevision(response), revision) << json::serialize(response);
-}
-
-TEST(EtcdRules, RequestsAndTxnOpsAreTheGatewaysJson) {
-  auto b = [](const char* t) { return json::value(etcd::Base64Encode(t)); };
-  const std::vector<std::pair<json::object, json::object>> cases = {
-      {etcd::RangeRequest("/k"), {{"key", b("/k")}}},
-      {etcd::RangeRequest("/p/", "/p0", 12, 100),
-       {{"key", b("/p/")}, {"range_end", b("/p0")}, {"revision", "12"}, {"limit", "100"}}},
-      {etcd::CompareModRevision("/k", 0), {{"key", b("/k")}, {"result", "EQUAL"}, {"target", "MOD"}, {"mod_revision", "0"}}},
-      {etcd::CompareModRevision("/k", 77),
-       {{"key", b("/k")}, {"result", "EQUAL"}, {"target", "MOD"}, {"mod_revision", "77"}}},
-      {etcd::PutOp("/k", "v"), {{"request_put", json::object{{"key", b("/k")}, {"value", b("v")}}}}},
-      {etcd::PutOp("/k", "", 5), {{"request_put", json::object{{"key", b("/k")}, {"value", ""}, {"lease", "5"}}}}},
-      {etcd::DeleteOp("/k"), {{"request_delete_range", json::object{{"key", b("/k")}}}}},
-      {etcd::RangeOp("/k"), {{"request_range", json::object{{"key", b("/k")}}}}},
-      {etcd::RangeOp("/p/", "/p0"), {{"request_range", json::object{{"key", b("/p/")}, {"range_end", b("/p0")}}}}},
-      {etcd::Txn({etcd::CompareModRevision("/k", 1)}, {etcd::DeleteOp("/k")}, {}),
-       {{"compare", json::array{etcd::CompareModRevision("/k", 1)}},
-        {"success", json::array{etcd::DeleteOp("/k")}},
-        {"failure", json::array{}}}},
-  };
-  for (const auto& [got, want] : cases) EXPECT_EQ(got, want) << json::serialize(got) << " != " << json::serialize(want);
-}
-
-TEST(EtcdRules, ReadTxn) {
-  json::object range{{"kvs", json::array{json::object{{"key", etcd::Base64Encode("/k")}}}}};
-  etcd::TxnResult t;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadTxn({{"header", json::object{{"revision", "9"}}},
-                             {"succeeded", true},
-                             {"responses", json::array{json::object{{"response_put", json::object{{"header", json::object{}}}}},
-                                                       json::object{{"response_range", range}}}}},
-                            &t, &error))
-      << error;
-  EXPECT_TRUE(t.succeeded);
-  EXPECT_EQ(t.revision, 9);
-  ASSERT_EQ(t.responses.size(), 2u);
-  EXPECT_EQ(t.responses[0], (json::object{{"header", json::object{}}}));
-  EXPECT_EQ(t.responses[1], range);
-  // A failed compare with no ops on failure: both left out.
-  ASSERT_TRUE(etcd::ReadTxn({{"header", json::object{{"revision", "10"}}}}, &t, &error)) << error;
-  EXPECT_FALSE(t.succeeded);
-  EXPECT_EQ(t.revision, 10);
-  EXPECT_TRUE(t.responses.empty());
-  const std::vector<std::pair<json::object, std::string>> bad = {
-      {{{"succeeded", "true"}}, "succeeded"},
-      {{{"responses", json::object{}}}, "responses"},
-      {{{"responses", json::array{json::object{}}}}, "one op"},
-      {{{"responses", json::array{json::object{{"response_put", 1}}}}}, "one op"},
-      {{{"responses", json::array{json::object{{"response_put", json::object{}}, {"response_range", json::object{}}}}}}, "one op"},
-  };
-  for (const auto& [object, words] : bad) {
-    error.clear();
-    EXPECT_FALSE(etcd::ReadTxn(object, &t, &error)) << json::serialize(object);
-    EXPECT_TRUE(Contains(error, words)) << error;
-  }
-}
-
-TEST(EtcdRules, ReadWatchEvents) {
-  auto kv = [](const char* key) { return json::object{{"key", etcd::Base64Encode(key)}, {"mod_revision", "3"}}; };
-  std::vector<etcd::WatchEvent> events;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadWatchEvents({{"created", true}}, &events, &error)) << error;
-  EXPECT_TRUE(events.empty());
-  ASSERT_TRUE(etcd::ReadWatchEvents(
-                  {{"events", json::array{json::object{{"kv", kv("/put")}}, json::object{{"type", "DELETE"}, {"kv", kv("/del")}},
-                                          json::object{{"type", "PUT"}, {"kv", kv("/put2")}}}}},
-                  &events, &error))
-      << error;
-  ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[0].type, etcd::WatchEvent::Type::kPut);
-  EXPECT_EQ(events[0].kv.key, "/put");
-  EXPECT_EQ(events[1].type, etcd::WatchEvent::Type::kDelete);
-  EXPECT_EQ(events[1].kv.key, "/del");
-  EXPECT_EQ(events[1].kv.mod_revision, 3);
-  EXPECT_EQ(events[2].type, etcd::WatchEvent::Type::kPut);
-  const std::vector<std::pair<json::object, std::string>> bad = {
-      {{{"events", 1}}, "events"},
-      {{{"events", json::array{1}}}, "not an object"},
-      {{{"events", json::array{json::object{{"type", "EXPIRE"}, {"kv", kv("/k")}}}}}, "unknown type"},
-      {{{"events", json::array{json::object{{"type", "PUT"}}}}}, "without a kv"},
-      {{{"events", json::array{json::object{{"kv", json::object{{"key", "%%"}}}}}}}, "not base64"},
-  };
-  for (const auto& [object, words] : bad) {
-    error.clear();
-    EXPECT_FALSE(etcd::ReadWatchEvents(object, &events, &error)) << json::serialize(object);
-    EXPECT_TRUE(Contains(error, words)) << error;
-  }
-}
 
 // ------------------------------------------------------------------------------- start errors
 
@@ -357,14 +131,21 @@ TEST(EtcdClientCreate, RejectsBadConfigWithAReason) {
   EXPECT_TRUE(Contains(error, "key_file"));
 }
 
-TEST(EtcdClientCreate, CallAfterStopCompletesAtOnce) {
+TEST(EtcdClientCreate, CallsAfterStopCompleteAtOnce) {
   std::string error;
   auto client = EtcdClient::Create(Config({"http://127.0.0.1:1"}), &error);
   ASSERT_NE(client, nullptr) << error;
   client->Stop();
-  EtcdResult got;
-  client->Call("/v3/kv/range", {}, [&](EtcdResult r) { got = std::move(r); });
-  EXPECT_TRUE(Contains(got.error, "stopped"));
+  etcd::Status range, txn, put, grant, keep_alive, revoke;
+  client->Range({}, [&](etcd::Status s, etcd::RangeResponse) { range = std::move(s); });
+  client->Txn({}, [&](etcd::Status s, etcd::TxnResponse) { txn = std::move(s); });
+  client->Put("/k", "v", 0, [&](etcd::Status s, int64_t) { put = std::move(s); });
+  client->Grant(5, [&](etcd::Status s, int64_t, int64_t) { grant = std::move(s); });
+  client->KeepAliveOnce(1, [&](etcd::Status s, int64_t, int64_t) { keep_alive = std::move(s); });
+  client->Revoke(1, [&](etcd::Status s) { revoke = std::move(s); });
+  for (const etcd::Status* s : {&range, &txn, &put, &grant, &keep_alive, &revoke}) {
+    EXPECT_TRUE(Contains(s->error, "etcd client stopped")) << s->error;
+  }
 }
 
 // ------------------------------------------------------------------------------- helpers
@@ -391,9 +172,68 @@ class BlackHole {
   uint16_t port_ = 0;
 };
 
-EtcdResult CallSync(EtcdClient& client, const std::string& path, json::object request) {
-  std::promise<EtcdResult> p;
-  client.Call(path, std::move(request), [&](EtcdResult r) { p.set_value(std::move(r)); });
+// The typed calls, waited for.
+struct RangeAnswer {
+  etcd::Status status;
+  etcd::RangeResponse range;
+};
+RangeAnswer RangeSync(etcd::Kv& kv, etcd::RangeRequest request) {
+  std::promise<RangeAnswer> p;
+  kv.Range(std::move(request), [&](etcd::Status s, etcd::RangeResponse r) { p.set_value({std::move(s), std::move(r)}); });
+  return p.get_future().get();
+}
+etcd::RangeRequest Keys(std::string key, std::string range_end = "", int64_t revision = 0, int64_t limit = 0) {
+  etcd::RangeRequest r;
+  r.key = std::move(key);
+  r.range_end = std::move(range_end);
+  r.revision = revision;
+  r.limit = limit;
+  return r;
+}
+// The kvs of key (or of [key, range_end)), expected to be readable.
+std::vector<etcd::KeyValue> KvsOf(etcd::Kv& kv, const std::string& key, const std::string& range_end = "") {
+  RangeAnswer a = RangeSync(kv, Keys(key, range_end));
+  EXPECT_TRUE(a.status.ok()) << a.status.error;
+  return a.range.kvs;
+}
+
+struct TxnAnswer {
+  etcd::Status status;
+  etcd::TxnResponse txn;
+};
+TxnAnswer TxnSync(etcd::Kv& kv, etcd::TxnRequest request) {
+  std::promise<TxnAnswer> p;
+  kv.Txn(std::move(request), [&](etcd::Status s, etcd::TxnResponse t) { p.set_value({std::move(s), std::move(t)}); });
+  return p.get_future().get();
+}
+
+struct PutAnswer {
+  etcd::Status status;
+  int64_t revision = 0;
+};
+PutAnswer PutSync(etcd::Kv& kv, const std::string& key, const std::string& value, int64_t lease = 0) {
+  std::promise<PutAnswer> p;
+  kv.Put(key, value, lease, [&](etcd::Status s, int64_t revision) { p.set_value({std::move(s), revision}); });
+  return p.get_future().get();
+}
+
+struct LeaseAnswer {
+  etcd::Status status;
+  int64_t id = 0, ttl = 0, revision = 0;
+};
+LeaseAnswer GrantSync(etcd::Lease& lease, int64_t ttl) {
+  std::promise<LeaseAnswer> p;
+  lease.Grant(ttl, [&](etcd::Status s, int64_t id, int64_t t) { p.set_value({std::move(s), id, t, 0}); });
+  return p.get_future().get();
+}
+LeaseAnswer KeepAliveSync(etcd::Lease& lease, int64_t id) {
+  std::promise<LeaseAnswer> p;
+  lease.KeepAliveOnce(id, [&](etcd::Status s, int64_t t, int64_t revision) { p.set_value({std::move(s), id, t, revision}); });
+  return p.get_future().get();
+}
+etcd::Status RevokeSync(etcd::Lease& lease, int64_t id) {
+  std::promise<etcd::Status> p;
+  lease.Revoke(id, [&](etcd::Status s) { p.set_value(std::move(s)); });
   return p.get_future().get();
 }
 
@@ -410,21 +250,21 @@ Timed FindSync(LockService& service, const std::string& lock) {
 }
 
 // Puts key=value (under lease when not 0); the key's create revision.
-int64_t Put(EtcdClient& client, const std::string& key, int64_t lease = 0) {
-  json::object put = {{"key", etcd::Base64Encode(key)}, {"value", etcd::Base64Encode("holder")}};
-  if (lease != 0) put["lease"] = std::to_string(lease);
-  EtcdResult r = CallSync(client, "/v3/kv/put", put);
-  EXPECT_TRUE(r.ok()) << r.error;
-  int64_t revision = 0;
-  std::string error;
-  // A put of a new key creates it at the revision the put made.
-  EXPECT_TRUE(etcd::ReadInt64(r.response.at("header").as_object(), "revision", &revision, &error)) << error;
-  return revision;
+// Puts key="holder" (under lease when not 0); the put's revision, the key's create revision when
+// it is new.
+int64_t Put(etcd::Kv& kv, const std::string& key, int64_t lease = 0) {
+  PutAnswer a = PutSync(kv, key, "holder", lease);
+  EXPECT_TRUE(a.status.ok()) << a.status.error;
+  EXPECT_GT(a.revision, 0);
+  return a.revision;
 }
 
-void Delete(EtcdClient& client, const std::string& key) {
-  EtcdResult r = CallSync(client, "/v3/kv/deleterange", {{"key", etcd::Base64Encode(key)}});
-  ASSERT_TRUE(r.ok()) << r.error;
+void Delete(etcd::Kv& kv, const std::string& key) {
+  etcd::TxnRequest txn;
+  txn.success = {etcd::Op::Delete(key)};
+  TxnAnswer a = TxnSync(kv, std::move(txn));
+  ASSERT_TRUE(a.status.ok()) << a.status.error;
+  EXPECT_TRUE(a.txn.succeeded);
 }
 
 // ------------------------------------------------------------------------------- plain etcd
@@ -471,11 +311,9 @@ TEST_F(EtcdTest, NobodyHoldsAFreshLock) {
 }
 
 TEST_F(EtcdTest, TheLowestCreateRevisionHoldsAndTheNextTakesOver) {
-  EtcdResult grant = CallSync(*client_, "/v3/lease/grant", {{"TTL", "30"}});
-  ASSERT_TRUE(grant.ok()) << grant.error;
-  int64_t lease = 0;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadInt64(grant.response, "ID", &lease, &error)) << error;
+  LeaseAnswer grant = GrantSync(*client_, 30);
+  ASSERT_TRUE(grant.status.ok()) << grant.status.error;
+  const int64_t lease = grant.id;
   ASSERT_NE(lease, 0);
 
   int64_t first = Put(*client_, "/locks/handover/a-first", lease);
@@ -488,7 +326,7 @@ TEST_F(EtcdTest, TheLowestCreateRevisionHoldsAndTheNextTakesOver) {
   EXPECT_EQ(t.answer.holder, "/locks/handover/a-first");
 
   // The holder's session ends (its lease is revoked): the contender holds, with its own number.
-  EtcdResult revoke = CallSync(*client_, "/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+  etcd::Status revoke = RevokeSync(*client_, lease);
   ASSERT_TRUE(revoke.ok()) << revoke.error;
   t = FindSync(*service_, "/locks/handover");
   ASSERT_EQ(t.answer.status, Status::kHeld) << t.answer.error;
@@ -524,136 +362,198 @@ TEST_F(EtcdTest, ManyQuestionsAtOnceAllGetTheirAnswer) {
   }
 }
 
-// ---- txn, leases, watches
+// ---- Kv: Range, Txn, Put
 
-std::vector<etcd::KeyValue> RangeSync(EtcdClient& client, const std::string& key, const std::string& range_end = "") {
-  EtcdResult r = CallSync(client, "/v3/kv/range", etcd::RangeRequest(key, range_end));
-  EXPECT_TRUE(r.ok()) << r.error;
-  std::vector<etcd::KeyValue> kvs;
-  bool more = false;
-  std::string error;
-  EXPECT_TRUE(etcd::ReadRange(r.response, &kvs, &more, &error)) << error;
-  return kvs;
+TEST_F(EtcdTest, PutReturnsItsRevisionAndRangeReadsAtOne) {
+  PutAnswer first = PutSync(*client_, "/range/a", "1");
+  ASSERT_TRUE(first.status.ok()) << first.status.error;
+  PutAnswer second = PutSync(*client_, "/range/a", "2");
+  ASSERT_TRUE(second.status.ok()) << second.status.error;
+  EXPECT_EQ(second.revision, first.revision + 1);  // nothing else writes meanwhile
+
+  // The newest: the second put's value, read at the store's revision (the second put's).
+  RangeAnswer now = RangeSync(*client_, Keys("/range/a"));
+  ASSERT_TRUE(now.status.ok()) << now.status.error;
+  EXPECT_EQ(now.range.revision, second.revision);
+  ASSERT_EQ(now.range.kvs.size(), 1u);
+  EXPECT_EQ(now.range.kvs[0].value, "2");
+  EXPECT_EQ(now.range.kvs[0].create_revision, first.revision);
+  EXPECT_EQ(now.range.kvs[0].mod_revision, second.revision);
+  EXPECT_EQ(now.range.kvs[0].version, 2);
+  EXPECT_FALSE(now.range.more);
+
+  // At the first put's revision: its value, as it was.
+  RangeAnswer then = RangeSync(*client_, Keys("/range/a", "", first.revision));
+  ASSERT_TRUE(then.status.ok()) << then.status.error;
+  ASSERT_EQ(then.range.kvs.size(), 1u);
+  EXPECT_EQ(then.range.kvs[0].value, "1");
+  EXPECT_EQ(then.range.kvs[0].mod_revision, first.revision);
+  EXPECT_EQ(then.range.kvs[0].version, 1);
+
+  // A revision not written yet is etcd's error, with its code.
+  RangeAnswer future = RangeSync(*client_, Keys("/range/a", "", second.revision + 1000));
+  EXPECT_FALSE(future.status.ok());
+  EXPECT_EQ(future.status.grpc_code, int(etcd::GrpcCode::kOutOfRange)) << future.status.error;
+  EXPECT_TRUE(Contains(future.status.error, "future revision")) << future.status.error;
+  EXPECT_TRUE(future.range.kvs.empty());
 }
 
-etcd::TxnResult TxnSync(EtcdClient& client, json::object txn) {
-  EtcdResult r = CallSync(client, "/v3/kv/txn", std::move(txn));
-  EXPECT_TRUE(r.ok()) << r.error;
-  etcd::TxnResult t;
-  std::string error;
-  EXPECT_TRUE(etcd::ReadTxn(r.response, &t, &error)) << error;
-  return t;
+TEST_F(EtcdTest, RangeWithALimitSaysThereIsMore) {
+  for (const char* key : {"/page/c", "/page/a", "/page/b", "/pagex"}) Put(*client_, key);
+  const std::string end = etcd::PrefixRangeEnd("/page/");
+  RangeAnswer two = RangeSync(*client_, Keys("/page/", end, 0, 2));
+  ASSERT_TRUE(two.status.ok()) << two.status.error;
+  ASSERT_EQ(two.range.kvs.size(), 2u);
+  EXPECT_EQ(two.range.kvs[0].key, "/page/a");  // etcd's order: by key
+  EXPECT_EQ(two.range.kvs[1].key, "/page/b");
+  EXPECT_EQ(two.range.kvs[0].value, "holder");
+  EXPECT_TRUE(two.range.more);
+  // The next page starts after the last key read, at the same revision.
+  RangeAnswer rest = RangeSync(*client_, Keys(std::string("/page/b") + '\0', end, two.range.revision, 2));
+  ASSERT_TRUE(rest.status.ok()) << rest.status.error;
+  ASSERT_EQ(rest.range.kvs.size(), 1u);
+  EXPECT_EQ(rest.range.kvs[0].key, "/page/c");
+  EXPECT_FALSE(rest.range.more);
+  EXPECT_EQ(rest.range.revision, two.range.revision);
+  // Sorted by create revision instead (the lock service's order), keys only.
+  etcd::RangeRequest oldest = Keys("/page/", end, 0, 1);
+  oldest.sort_by = etcd::RangeRequest::SortBy::kCreateRevision;
+  oldest.keys_only = true;
+  RangeAnswer first = RangeSync(*client_, oldest);
+  ASSERT_TRUE(first.status.ok()) << first.status.error;
+  ASSERT_EQ(first.range.kvs.size(), 1u);
+  EXPECT_EQ(first.range.kvs[0].key, "/page/c");
+  EXPECT_EQ(first.range.kvs[0].value, "");
+  EXPECT_TRUE(first.range.more);
 }
 
 TEST_F(EtcdTest, TxnCompareSucceedsOrFailsAndItsRangesReadBack) {
   const std::string key = "/txn/max";
   int64_t created = Put(*client_, key);
   // Compare on the revision the view has: it holds, the put and the range after it happen.
-  etcd::TxnResult t = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision(key, created)},
-                                                  {etcd::PutOp(key, "2"), etcd::RangeOp(key)}, {etcd::RangeOp(key)}));
-  ASSERT_TRUE(t.succeeded);
-  ASSERT_EQ(t.responses.size(), 2u);
-  std::vector<etcd::KeyValue> kvs;
-  bool more = true;
-  std::string error;
-  ASSERT_TRUE(etcd::ReadRange(t.responses[1], &kvs, &more, &error)) << error;
-  ASSERT_EQ(kvs.size(), 1u);
-  EXPECT_EQ(kvs[0].value, "2");
-  EXPECT_EQ(kvs[0].mod_revision, t.revision);
-  EXPECT_EQ(kvs[0].create_revision, created);
-  EXPECT_FALSE(more);
+  etcd::TxnRequest txn;
+  txn.compare = {etcd::Compare{key, created}};
+  txn.success = {etcd::Op::Put(key, "2"), etcd::Op::Range(key)};
+  txn.failure = {etcd::Op::Range(key)};
+  TxnAnswer t = TxnSync(*client_, txn);
+  ASSERT_TRUE(t.status.ok()) << t.status.error;
+  ASSERT_TRUE(t.txn.succeeded);
+  ASSERT_EQ(t.txn.responses.size(), 2u);
+  EXPECT_TRUE(t.txn.responses[0].kvs.empty());  // the put's
+  const etcd::RangeResponse& read = t.txn.responses[1];
+  ASSERT_EQ(read.kvs.size(), 1u);
+  EXPECT_EQ(read.kvs[0].value, "2");
+  EXPECT_EQ(read.kvs[0].mod_revision, t.txn.revision);
+  EXPECT_EQ(read.kvs[0].create_revision, created);
+  EXPECT_EQ(read.revision, t.txn.revision);
+  EXPECT_FALSE(read.more);
+  EXPECT_GT(t.txn.revision, created);
 
   // The same txn again: the view is stale, the failure branch says what is there now.
-  etcd::TxnResult again = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision(key, created)},
-                                                      {etcd::PutOp(key, "3")}, {etcd::RangeOp(key)}));
-  EXPECT_FALSE(again.succeeded);
-  ASSERT_EQ(again.responses.size(), 1u);
-  ASSERT_TRUE(etcd::ReadRange(again.responses[0], &kvs, &more, &error)) << error;
-  ASSERT_EQ(kvs.size(), 1u);
-  EXPECT_EQ(kvs[0].value, "2");
-  EXPECT_EQ(kvs[0].mod_revision, t.revision);
-  EXPECT_EQ(again.revision, t.revision);  // nothing written
+  TxnAnswer again = TxnSync(*client_, txn);
+  ASSERT_TRUE(again.status.ok()) << again.status.error;
+  EXPECT_FALSE(again.txn.succeeded);
+  ASSERT_EQ(again.txn.responses.size(), 1u);
+  ASSERT_EQ(again.txn.responses[0].kvs.size(), 1u);
+  EXPECT_EQ(again.txn.responses[0].kvs[0].value, "2");
+  EXPECT_EQ(again.txn.responses[0].kvs[0].mod_revision, t.txn.revision);
+  EXPECT_EQ(again.txn.revision, t.txn.revision);  // nothing written
 
-  // Revision 0 compares with a key that does not exist; a delete op removes one.
-  etcd::TxnResult absent = TxnSync(*client_, etcd::Txn({etcd::CompareModRevision("/txn/none", 0)}, {etcd::DeleteOp(key)}, {}));
-  EXPECT_TRUE(absent.succeeded);
-  EXPECT_GT(absent.revision, t.revision);
-  EXPECT_TRUE(RangeSync(*client_, key).empty());
+  // Revision 0 compares with a key that does not exist; a delete op removes one. A range of a
+  // prefix in a branch reads every key under it.
+  Put(*client_, "/txn/dir/a");
+  Put(*client_, "/txn/dir/b");
+  etcd::TxnRequest absent;
+  absent.compare = {etcd::Compare{"/txn/none", 0}};
+  absent.success = {etcd::Op::Delete(key), etcd::Op::Range("/txn/dir/", etcd::PrefixRangeEnd("/txn/dir/"))};
+  TxnAnswer deleted = TxnSync(*client_, absent);
+  ASSERT_TRUE(deleted.status.ok()) << deleted.status.error;
+  EXPECT_TRUE(deleted.txn.succeeded);
+  EXPECT_GT(deleted.txn.revision, t.txn.revision);
+  ASSERT_EQ(deleted.txn.responses.size(), 2u);
+  ASSERT_EQ(deleted.txn.responses[1].kvs.size(), 2u);
+  EXPECT_EQ(deleted.txn.responses[1].kvs[1].key, "/txn/dir/b");
+  EXPECT_TRUE(KvsOf(*client_, key).empty());
+  // The compare fails once the key exists; an empty failure branch has no responses.
+  absent.compare = {etcd::Compare{"/txn/dir/a", 0}};
+  TxnAnswer exists = TxnSync(*client_, absent);
+  ASSERT_TRUE(exists.status.ok()) << exists.status.error;
+  EXPECT_FALSE(exists.txn.succeeded);
+  EXPECT_TRUE(exists.txn.responses.empty());
+  EXPECT_EQ(exists.txn.revision, deleted.txn.revision);
 }
 
-struct LeaseAnswer {
-  EtcdResult result;
-  int64_t id = 0, ttl = 0;
-};
-LeaseAnswer GrantSync(EtcdClient& client, int64_t ttl) {
-  std::promise<LeaseAnswer> p;
-  client.LeaseGrant(ttl, [&](EtcdResult r, int64_t id, int64_t t) { p.set_value({std::move(r), id, t}); });
-  return p.get_future().get();
-}
-LeaseAnswer KeepAliveSync(EtcdClient& client, int64_t id) {
-  std::promise<LeaseAnswer> p;
-  client.LeaseKeepAlive(id, [&](EtcdResult r, int64_t i, int64_t t) { p.set_value({std::move(r), i, t}); });
-  return p.get_future().get();
-}
-EtcdResult RevokeSync(EtcdClient& client, int64_t id) {
-  std::promise<EtcdResult> p;
-  client.LeaseRevoke(id, [&](EtcdResult r) { p.set_value(std::move(r)); });
-  return p.get_future().get();
-}
+// ---- Lease: Grant, KeepAliveOnce, Revoke
 
 TEST_F(EtcdTest, AKeptAliveLeaseOutlivesItsTtlAndItsRevokeDeletesTheKey) {
   LeaseAnswer grant = GrantSync(*client_, 2);
-  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  ASSERT_TRUE(grant.status.ok()) << grant.status.error;
   ASSERT_NE(grant.id, 0);
   EXPECT_EQ(grant.ttl, 2);
   const std::string key = "/lease/member";
-  Put(*client_, key, grant.id);
-  ASSERT_EQ(RangeSync(*client_, key).size(), 1u);
-  EXPECT_EQ(RangeSync(*client_, key)[0].lease, grant.id);
+  int64_t put = Put(*client_, key, grant.id);
+  ASSERT_EQ(KvsOf(*client_, key).size(), 1u);
+  EXPECT_EQ(KvsOf(*client_, key)[0].lease, grant.id);
 
-  // 3.5 s, well past the 2 s TTL, renewed every 0.5 s.
+  // 3.5 s, well past the 2 s TTL, renewed every 0.5 s; each answer has the store's revision.
   for (int i = 0; i < 7; ++i) {
     std::this_thread::sleep_for(500ms);
     LeaseAnswer k = KeepAliveSync(*client_, grant.id);
-    ASSERT_TRUE(k.result.ok()) << k.result.error;
-    EXPECT_EQ(k.id, grant.id);
+    ASSERT_TRUE(k.status.ok()) << k.status.error;
     EXPECT_EQ(k.ttl, 2);
+    EXPECT_GE(k.revision, put);
   }
-  ASSERT_EQ(RangeSync(*client_, key).size(), 1u);
+  ASSERT_EQ(KvsOf(*client_, key).size(), 1u);
 
-  EtcdResult revoke = RevokeSync(*client_, grant.id);
+  etcd::Status revoke = RevokeSync(*client_, grant.id);
   ASSERT_TRUE(revoke.ok()) << revoke.error;
-  EXPECT_TRUE(RangeSync(*client_, key).empty());
-  // Gone: a keep-alive now says TTL 0.
+  EXPECT_TRUE(KvsOf(*client_, key).empty());
+  // Gone: a keep-alive now says TTL 0, and is not an error; its revision is the revoke's or later.
   LeaseAnswer after = KeepAliveSync(*client_, grant.id);
-  ASSERT_TRUE(after.result.ok()) << after.result.error;
+  ASSERT_TRUE(after.status.ok()) << after.status.error;
   EXPECT_EQ(after.ttl, 0);
+  EXPECT_GT(after.revision, put);
+  // Revoked twice: etcd's NOT_FOUND.
+  etcd::Status twice = RevokeSync(*client_, grant.id);
+  EXPECT_FALSE(twice.ok());
+  EXPECT_EQ(twice.grpc_code, int(etcd::GrpcCode::kNotFound)) << twice.error;
 }
 
 TEST_F(EtcdTest, AKeepAliveOfAnUnknownLeaseSaysTtlZero) {
   LeaseAnswer k = KeepAliveSync(*client_, 123456789);
-  ASSERT_TRUE(k.result.ok()) << k.result.error;
-  EXPECT_EQ(k.id, 123456789);  // etcd's answer names the lease
+  ASSERT_TRUE(k.status.ok()) << k.status.error;
   EXPECT_EQ(k.ttl, 0);
-  EtcdResult revoke = RevokeSync(*client_, 123456789);
+  etcd::Status revoke = RevokeSync(*client_, 123456789);
   EXPECT_FALSE(revoke.ok());
   EXPECT_EQ(revoke.grpc_code, 5) << revoke.error;
 }
 
 TEST_F(EtcdTest, AnExpiredLeaseSaysTtlZero) {
   LeaseAnswer grant = GrantSync(*client_, 1);
-  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  ASSERT_TRUE(grant.status.ok()) << grant.status.error;
   // etcd's lessor checks expiry every 500 ms; a 1 s lease is surely gone after 3 s.
   std::this_thread::sleep_for(3s);
   LeaseAnswer k = KeepAliveSync(*client_, grant.id);
-  ASSERT_TRUE(k.result.ok()) << k.result.error;
+  ASSERT_TRUE(k.status.ok()) << k.status.error;
   EXPECT_EQ(k.ttl, 0);
+}
+
+TEST_F(EtcdTest, CallbacksRunOnTheClientsThreadNeverInsideTheCall) {
+  // On another thread than the caller's, so never inside the call; and all on one thread.
+  std::promise<std::thread::id> range, put, grant;
+  client_->Range(Keys("/thread/k"), [&](etcd::Status, etcd::RangeResponse) { range.set_value(std::this_thread::get_id()); });
+  client_->Put("/thread/k", "v", 0, [&](etcd::Status, int64_t) { put.set_value(std::this_thread::get_id()); });
+  client_->Grant(5, [&](etcd::Status, int64_t, int64_t) { grant.set_value(std::this_thread::get_id()); });
+  const std::thread::id client_thread = range.get_future().get();
+  EXPECT_NE(client_thread, std::this_thread::get_id());
+  EXPECT_EQ(put.get_future().get(), client_thread);
+  EXPECT_EQ(grant.get_future().get(), client_thread);
 }
 
 // What a watch delivered, from the client's thread.
 class WatchRecorder {
  public:
-  EtcdClient::WatchEvents OnEvents() {
+  etcd::WatchEvents OnEvents() {
     return [this](int64_t revision, std::vector<etcd::WatchEvent> events) {
       std::lock_guard lock(mutex_);
       EXPECT_FALSE(ended_) << "events after the end";
@@ -663,8 +563,8 @@ class WatchRecorder {
       changed_.notify_all();
     };
   }
-  EtcdClient::WatchEnded OnEnd() {
-    return [this](EtcdClient::WatchEnd end) {
+  etcd::WatchEnded OnEnd() {
+    return [this](etcd::WatchEnd end) {
       std::lock_guard lock(mutex_);
       ++ends_;
       ended_ = true;
@@ -692,7 +592,7 @@ class WatchRecorder {
     std::lock_guard lock(mutex_);
     return revisions_;
   }
-  EtcdClient::WatchEnd end() {
+  etcd::WatchEnd end() {
     std::lock_guard lock(mutex_);
     return end_;
   }
@@ -709,14 +609,14 @@ class WatchRecorder {
   std::vector<etcd::WatchEvent> events_;
   bool ended_ = false;
   int ends_ = 0;
-  EtcdClient::WatchEnd end_;
+  etcd::WatchEnd end_;
 };
 
-using Reason = EtcdClient::WatchEnd::Reason;
+using Reason = etcd::WatchEnd::Reason;
 
-std::shared_ptr<EtcdClient::WatchHandle> WatchPrefix(EtcdClient& client, WatchRecorder& recorder, const std::string& prefix,
-                                                     int64_t from = 0) {
-  EtcdClient::WatchOptions options;
+std::shared_ptr<etcd::WatchHandle> WatchPrefix(etcd::Watcher& client, WatchRecorder& recorder, const std::string& prefix,
+                                               int64_t from = 0) {
+  etcd::WatchOptions options;
   options.key = prefix;
   options.range_end = etcd::PrefixRangeEnd(prefix);
   options.start_revision = from;
@@ -787,8 +687,8 @@ TEST_F(EtcdTest, AWatchWithoutARevisionStartsWithTheCreatedMessage) {
 TEST_F(EtcdTest, AWatchFromACompactedRevisionEndsCompacted) {
   int64_t old = Put(*client_, "/compacted/k");
   int64_t now = Put(*client_, "/compacted/k");
-  EtcdResult compact = CallSync(*client_, "/v3/kv/compaction", {{"revision", std::to_string(now)}, {"physical", true}});
-  ASSERT_TRUE(compact.ok()) << compact.error;
+  auto [rc, out] = etcd_->Ctl("compaction " + std::to_string(now) + " --physical");
+  ASSERT_EQ(rc, 0) << out;
 
   WatchRecorder recorder;
   auto handle = WatchPrefix(*client_, recorder, "/compacted/", old);
@@ -866,9 +766,11 @@ TEST_F(EtcdTest, StopEndsEveryWatch) {
 }
 
 TEST_F(EtcdTest, AnEtcdErrorIsReadable) {
-  EtcdResult r = CallSync(*client_, "/v3/lease/revoke", {{"ID", "12345"}});
+  etcd::Status r = RevokeSync(*client_, 12345);
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(Contains(r.error, "lease not found")) << r.error;
+  EXPECT_TRUE(Contains(r.error, etcd_->endpoint())) << r.error;
+  EXPECT_TRUE(Contains(r.error, "NOT_FOUND")) << r.error;
   EXPECT_EQ(r.grpc_code, 5);
 }
 
@@ -958,15 +860,15 @@ TEST_F(EtcdTest, DISABLED_HolderRangeLatency) {
   auto client = EtcdClient::Create(Config({endpoint ? endpoint : etcd_->endpoint()}), &error);
   ASSERT_NE(client, nullptr) << error;
   Put(*client, "/locks/bench/holder");
-  const json::object request = EtcdLockService::HolderRequest("/locks/bench");
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(CallSync(*client, "/v3/kv/range", request).ok());  // warm up
+  const etcd::RangeRequest request = EtcdLockService::HolderRequest("/locks/bench");
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(RangeSync(*client, request).status.ok());  // warm up
   std::vector<double> micros;
   for (int i = 0; i < n; ++i) {
     auto start = Clock::now();
-    EtcdResult r = CallSync(*client, "/v3/kv/range", request);
+    RangeAnswer r = RangeSync(*client, request);
     micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-    ASSERT_TRUE(r.ok()) << r.error;
-    ASSERT_EQ(EtcdLockService::HolderFromRange("/locks/bench", r).status, Status::kHeld);
+    ASSERT_TRUE(r.status.ok()) << r.status.error;
+    ASSERT_EQ(EtcdLockService::HolderFromRange("/locks/bench", r.status, r.range).status, Status::kHeld);
   }
   std::sort(micros.begin(), micros.end());
   auto at = [&](double q) { return micros[std::min(micros.size() - 1, size_t(q * double(micros.size())))]; };
@@ -1148,10 +1050,11 @@ TEST_F(EtcdSecureTest, AWatchOverTlsWithAuthSeesAPut) {
   EXPECT_EQ(recorder.events()[0].kv.value, "v");
   // A keep-alive goes the same way (TLS, token) as any call.
   LeaseAnswer grant = GrantSync(*client, 5);
-  ASSERT_TRUE(grant.result.ok()) << grant.result.error;
+  ASSERT_TRUE(grant.status.ok()) << grant.status.error;
   LeaseAnswer k = KeepAliveSync(*client, grant.id);
-  ASSERT_TRUE(k.result.ok()) << k.result.error;
+  ASSERT_TRUE(k.status.ok()) << k.status.error;
   EXPECT_EQ(k.ttl, 5);
+  EXPECT_GT(k.revision, 0);
   handle->Cancel();
   ASSERT_TRUE(recorder.WaitEnd());
 }
