@@ -53,6 +53,7 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
       RejectWaiters(Admission::kStale, token, wakeups);
       if (pending_ == 0) pending_since_ = clock_();
       pending_ = token;
+      pending_remote_ = false;
     }
     waiters_.push_back(waiter);
     result = {Admission::kWaiting, pending_};
@@ -172,6 +173,7 @@ void Fence::RemotePending(uint64_t token) {
     RejectWaiters(Admission::kStale, token, wakeups);
     if (pending_ == 0) pending_since_ = clock_();
     pending_ = token;
+    pending_remote_ = true;
     to_persist = TakeRaiseToPersist();
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
@@ -216,7 +218,14 @@ bool Fence::Abandon(RaiseWaiter& waiter) {
   std::lock_guard lock(mu_);
   auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
   if (it == waiters_.end()) return false;
+  if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
   waiters_.erase(it);
+  if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
+    // Nobody here waits for this raise any more: it is given up before it reaches the store, so
+    // that a raise answered 503 never becomes the max later. Its token is the floor.
+    floor_ = std::max(floor_, pending_);
+    pending_ = 0;
+  }
   return true;
 }
 

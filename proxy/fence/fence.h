@@ -155,7 +155,10 @@ class Fence {
   void RemoteCommitted(uint64_t token);
   void RemoteWithdrawn(uint64_t token);
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now
-  // removed; false if its Resolve is already under way.
+  // removed; false if its Resolve is already under way, or (shared store) its raise is in the
+  // store's hands, which answers within its own bound. With the shared store, the last waiter of
+  // a raise of ours that gives up takes the raise with it (its token becomes the floor): a raise
+  // answered 503 never becomes the max later.
   bool Abandon(RaiseWaiter& waiter);
 
   FenceSnapshot Snapshot() const;
@@ -192,6 +195,7 @@ class Fence {
   uint64_t inflight_ = 0;         // admitted writes (all carry max_token_)
   uint64_t pending_ = 0;          // highest token waiting to be raised to; 0 if none
   uint64_t floor_ = 0;            // tokens below it are stale (a given-up raise's token)
+  bool pending_remote_ = false;   // pending_ is another member's raise (RemotePending)
   uint64_t persisting_ = 0;       // the token the persister is writing now; 0 if none
   double pending_since_ = 0;      // when the current drain began (raise_wait_seconds)
   std::vector<RaiseWaiter*> waiters_;  // requests carrying pending_

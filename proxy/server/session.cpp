@@ -345,6 +345,8 @@ io::Awaitable<bool> Session::ServeOne() {
         SetDeadline(Clock::now() + config.RaiseWait());  // the sweep leaves the session alone meanwhile
         admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
                                           config.RaiseWait());
+        // Given up waiting: with the shared store, that store could not promise the order in time.
+        if (admission == Admission::kWaiting && config.fence_store) admission = Admission::kUnavailable;
       }
       if (admission == Admission::kAdmitted) admitted = fence.get();
       ApplyAdmission(plan, admission, max_token);

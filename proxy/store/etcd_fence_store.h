@@ -1,27 +1,17 @@
 #pragma once
 // Shared fences: every proxy of one etcd key prefix keeps its fences (and fence keys) there, and
 // the order guarantee holds across all of them (contract "Shared fences"; the protocol and why
-// it is safe: docs/design-notes.md "Shared fences on etcd"). In short:
+// it is safe: docs/design-notes.md "Shared fences on etcd"). The parts, each against etcd's
+// typed interfaces (etcd/kv.h) and an injected clock (store/scheduler.h):
 //
-//   etcd key (under the prefix)       value                               lease
-//   members/<member id>               {"host","pid","started_unix"}       the member's
-//   roster/<member id>                the same                            none (taken off
-//                                                                         timeouts.request after
-//                                                                         the member key went)
-//   max/<fence>[/<key>]               the committed max, 20 digits        none
-//   pending/<fence>[/<key>]           "<20-digit T> <raiser id>"          the raiser's
-//   ack/<member id>/<fence>[/<key>]   "<20-digit T> <pending's revision>" the acker's
+//   store/layout.h          the keys, and the one classifier of a key
+//   store/membership.h      lease, renewals, the gate, the roster
+//   store/prefix_view.h     the full read, the watch, a stalled watch noticed
+//   store/raise_protocol.h  pending -> acknowledgements -> commit or withdraw, as a table
+//   store/member.h          the three wired together (what the simulation runs, N times)
 //
-//   a raise to T    pending := T (compare-and-set), reading the roster in the same txn; wait
-//                   until each other member acked T at that revision, or its member key is gone
-//                   and timeouts.request has passed since; max := T and pending deleted (CAS)
-//   another's T     the local fence refuses tokens below T and drains (Fence::RemotePending),
-//                   then acknowledges; T is its max once committed (or forgotten if withdrawn)
-//   membership      a lease of member_ttl, renewed every third of it; fenced writes are admitted
-//                   only until the last renewal's send time + member_ttl − margin (the gate)
-//
-// Everything the store does runs on one thread of its own (its io_context); the etcd client's
-// answers are posted to it. Equal tokens never reach the store: only a raise, and its answer.
+// This facade gives them a thread of their own (an io_context), the real etcd client and the
+// real clock. Equal tokens never reach it: only a raise, and its answer.
 
 #include "config/config.h"
 #include "fence/fence_keys.h"
@@ -50,20 +40,6 @@ class FenceStoreObserver {
  protected:
   ~FenceStoreObserver() = default;
 };
-
-// The pure rules of the layout (tests call them directly).
-namespace shared_fence {
-// The 20-digit zero-padded text of a token: bytewise order is numeric order.
-std::string TokenText(uint64_t token);
-// Exactly 20 decimal digits. False for anything else.
-bool ParseToken(std::string_view text, uint64_t* token);
-// A member id as it appears in keys: the lease ID in 16 lower-case hex digits.
-std::string MemberId(int64_t lease);
-// "<20-digit token> <word>" (a pending's raiser, an ack's revision). False when malformed.
-bool ParseTokenAnd(std::string_view text, uint64_t* token, std::string* word);
-// "fence" or "fence/key" (the part after max/, pending/, ack/<member>/). False when malformed.
-bool SplitTarget(std::string_view target, std::string* fence, std::string* key);
-}  // namespace shared_fence
 
 class EtcdFenceStore final : public RaiseStore {
  public:

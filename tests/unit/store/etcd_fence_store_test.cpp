@@ -1,4 +1,4 @@
-// EtcdFenceStore: the layout's pure rules as tables, then two or three members in this one
+// EtcdFenceStore (the layout's rules: layout_test.cpp): two or three members in this one
 // process, each its own store and FenceRegistry on the same etcd and prefix, driven through their
 // Fences as the request path drives them (Admit, AdmitWithoutWaiting, Check, Release). A real etcd
 // (etcd/etcd_process.h): the suite's for most tests, one of its own for the test that kills it.
@@ -37,82 +37,7 @@ constexpr auto kMemberTtl = 2s;       // the least the route file allows
 constexpr auto kEtcdTimeout = 1000ms;  // per etcd call
 constexpr auto kRequestTimeout = 1000ms;  // timeouts.request: how long a dead member's writes may run
 
-// ------------------------------------------------------------------------------- pure rules
-
-TEST(SharedFenceRules, TokenTextIsTwentyDigitsAndParsesBack) {
-  const std::vector<std::pair<uint64_t, std::string>> cases = {
-      {0, "00000000000000000000"},
-      {7, "00000000000000000007"},
-      {1234567890, "00000000001234567890"},
-      {UINT64_MAX, "18446744073709551615"},
-  };
-  for (const auto& [token, text] : cases) {
-    EXPECT_EQ(shared_fence::TokenText(token), text);
-    uint64_t parsed = 1;
-    ASSERT_TRUE(shared_fence::ParseToken(text, &parsed)) << text;
-    EXPECT_EQ(parsed, token);
-  }
-}
-
-TEST(SharedFenceRules, BytewiseOrderOfTheTextIsNumericOrder) {
-  // etcd compares values as bytes: a txn's "value < T" must mean the number.
-  const std::vector<std::pair<uint64_t, uint64_t>> lower_higher = {
-      {0, 1}, {9, 10}, {99, 100}, {123456789, 1234567890}, {UINT64_MAX - 1, UINT64_MAX}, {2, 10000000000000000000u}};
-  for (const auto& [lower, higher] : lower_higher) {
-    EXPECT_LT(shared_fence::TokenText(lower), shared_fence::TokenText(higher)) << lower << " < " << higher;
-  }
-}
-
-TEST(SharedFenceRules, ParseTokenRefusesAnythingButTwentyDigitsUpToUint64Max) {
-  for (const char* bad : {"18446744073709551616",    // UINT64_MAX + 1
-                          "99999999999999999999",    // far above
-                          "0000000000000000007",     // 19 digits
-                          "000000000000000000007",   // 21
-                          "", "7",
-                          "0000000000000000000a", "+0000000000000000007", " 0000000000000000007",
-                          "0000000000000000007 ", "-0000000000000000007"}) {
-    uint64_t token = 42;
-    EXPECT_FALSE(shared_fence::ParseToken(bad, &token)) << '"' << bad << '"';
-    EXPECT_EQ(token, 42u) << "a refused text leaves the token alone: " << bad;
-  }
-}
-
-TEST(SharedFenceRules, MemberIdIsSixteenLowerCaseHexDigits) {
-  EXPECT_EQ(shared_fence::MemberId(1), "0000000000000001");
-  EXPECT_EQ(shared_fence::MemberId(0x694d7a3c1f2b00ef), "694d7a3c1f2b00ef");
-  EXPECT_EQ(shared_fence::MemberId(INT64_MAX), "7fffffffffffffff");
-}
-
-TEST(SharedFenceRules, ParseTokenAndReadsATokenAndOneWord) {
-  uint64_t token = 0;
-  std::string word;
-  ASSERT_TRUE(shared_fence::ParseTokenAnd("00000000000000000007 694d7a3c1f2b00ef", &token, &word));
-  EXPECT_EQ(token, 7u);
-  EXPECT_EQ(word, "694d7a3c1f2b00ef");
-  ASSERT_TRUE(shared_fence::ParseTokenAnd("18446744073709551615 12345", &token, &word));
-  EXPECT_EQ(token, UINT64_MAX);
-  EXPECT_EQ(word, "12345");
-  for (const char* bad : {"00000000000000000007", "00000000000000000007 ", "00000000000000000007x694d",
-                          "00000000000000000007  694d", "00000000000000000007 a b", "7 694d",
-                          "18446744073709551616 694d", "0000000000000000000x 694d", ""}) {
-    EXPECT_FALSE(shared_fence::ParseTokenAnd(bad, &token, &word)) << '"' << bad << '"';
-  }
-}
-
-TEST(SharedFenceRules, SplitTargetIsAFenceOrAFenceAndOneKey) {
-  const std::vector<std::tuple<std::string, std::string, std::string>> good = {
-      {"orders", "orders", ""}, {"tenants/k1", "tenants", "k1"}, {"t/A-z.0_~", "t", "A-z.0_~"}};
-  for (const auto& [target, fence, key] : good) {
-    std::string f = "x", k = "x";
-    ASSERT_TRUE(shared_fence::SplitTarget(target, &f, &k)) << target;
-    EXPECT_EQ(f, fence);
-    EXPECT_EQ(k, key);
-  }
-  for (const char* bad : {"", "/k1", "tenants/", "tenants/a/b", "/", "a//b"}) {
-    std::string f, k;
-    EXPECT_FALSE(shared_fence::SplitTarget(bad, &f, &k)) << '"' << bad << '"';
-  }
-}
+}  // namespace
 
 // ------------------------------------------------------------------------------- helpers
 
@@ -540,5 +465,4 @@ TEST(EtcdFenceStoreDown, ARaiseWhileEtcdIsDownIsUnavailableTheGateClosesAndBothC
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
 }  // namespace fencing

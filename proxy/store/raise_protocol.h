@@ -1,0 +1,156 @@
+#pragma once
+// Raises on shared fences (concurrency/mutex.go's job in etcd's client: a key written under a
+// compare, waiting for the others, then released). One target is a fence or a key of a keyed
+// fence (layout.h). What happens to it:
+//
+//   state of the target          event                            what this member does
+//   ---------------------------  -------------------------------  -----------------------------------
+//   idle                         our fence asks to raise to T     pending := "T me" if max and pending
+//                                                                 are as we last read them (else read
+//                                                                 them and try again, at most 5 times);
+//                                                                 the roster at that revision is who
+//                                                                 we wait for
+//   our raise pending            every member on that roster      max := T, pending deleted, if the
+//                                acknowledged, or is ourself      pending is still ours (compare):
+//                                before (a former id), or gone    committed. A commit is never given
+//                                for timeouts.request, or off     up: retried until etcd answers it
+//                                the roster
+//   our raise pending            member_ttl + timeouts.request    withdrawn: pending := "T withdrawn"
+//                                + 1 s since the fence asked      (compare), 503; T is the floor
+//   our raise pending            a higher pending replaced ours   503 to ours (409: the fence stales
+//                                                                 its waiters), acknowledge the higher
+//   our raise pending            our lease ended                  withdrawn, unless committing
+//   another's raise to T pending our fence has drained below T    ack/<me>/<target> := "T <revision>"
+//                                and asks for T                   with our lease; kept (and written
+//                                                                 again under a new lease) until T is
+//                                                                 committed or withdrawn: never ended
+//                                                                 while it stands
+//   another's raise to T pending its raiser's member key gone     withdrawn by us (compare): nobody
+//                                                                 else will ever commit or withdraw it
+//   a pending of ours, no raise  (an answer lost, or our earlier  withdrawn (compare)
+//   of ours owns it              id's)
+//   withdrawn at T               our fence                        floor T: tokens below T stay stale
+//   committed at T               our fence                        max T
+//
+// Events reach a target in revision order (the view's load, then its watch); an event no newer
+// than what our own txn answers told us already is dropped. Everything runs on the store's
+// thread (Scheduler); the fences are told through the registry.
+
+#include "etcd/kv.h"
+#include "fence/fence_keys.h"
+#include "fence/raise_store.h"
+#include "state/state_store.h"
+#include "store/layout.h"
+#include "store/membership.h"
+#include "store/reporter.h"
+#include "store/scheduler.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace fencing {
+class FenceRegistry;
+}
+
+namespace fencing::store {
+
+class RaiseProtocol {
+ public:
+  struct Options {
+    int64_t ttl_ns = 0;              // member_ttl
+    int64_t request_timeout_ns = 0;  // timeouts.request
+  };
+  RaiseProtocol(const Layout& layout, etcd::Kv& kv, Scheduler& scheduler, Membership& membership,
+                Reporter& reporter, Options options);
+
+  // Before Attach, what the view reads only builds the maxima the registry is made from.
+  FenceMaxima maxima;
+  FenceKeyMaxima keys;
+  // From now on the fences hear every raise (those seen before first).
+  void Attach(FenceRegistry& registry);
+
+  // Our fence asks for T (a raise of ours, or the acknowledgement of another's). done once.
+  void Persist(const std::string& target, uint64_t token, RaiseStore::Done done);
+
+  // ---- what the view reads, per key in revision order
+  void OnMax(const Layout::Key& key, uint64_t token);
+  void OnPending(const Layout::Key& key, const PendingValue& value, int64_t revision);
+  void OnPendingDeleted(const Layout::Key& key, int64_t revision);
+  void OnAck(const Layout::Key& key, uint64_t token, int64_t pending_revision);
+  // After a full read at revision: the targets that had a pending then (the others' pendings
+  // we knew of are gone).
+  void OnLoaded(const std::set<std::string>& pending_targets, int64_t revision);
+
+  // ---- from the membership
+  void OnRegistered();
+  void OnLost();
+  void OnMembersChanged();
+
+  void Stop();  // every persist under way ends (kNotDurable); nothing runs after it
+
+ private:
+  struct Pending {
+    PendingValue value;
+    int64_t revision = 0;
+  };
+  struct Op {
+    enum class Kind { kRaise, kAck } kind = Kind::kRaise;
+    uint64_t token = 0;
+    RaiseStore::Done done;
+    uint64_t id = 0;
+    int64_t started = 0;
+    std::unique_ptr<Scheduler::Timer> deadline, recheck;
+    int attempts = 0;
+    // kRaise
+    int64_t revision = 0;  // of our pending, once written
+    std::vector<std::string> awaiting;
+    std::set<std::string> acked;
+    std::map<std::string, int64_t> early_acks;  // before our txn's answer: member -> revision
+    bool committing = false;
+    // kAck
+    int64_t pending_revision = 0;
+  };
+  struct Target {
+    std::optional<Pending> pending;  // as last known (a withdrawn one too)
+    int64_t seen = 0;                // the newest revision of the pending key we know
+    FenceRef fence;                  // pinned while another's raise stands or a persist runs
+    std::unique_ptr<Op> op;
+    int64_t withdrawing = 0;  // the pending revision we are turning into "withdrawn"
+    std::unique_ptr<Scheduler::Timer> retry;
+  };
+  using Targets = std::map<std::string, Target>;
+
+  bool Others(const Pending& p) const;  // a raise of another member (not withdrawn, not ours)
+  void ApplyPending(const std::string& name, Target& t);
+  void ApplyFloor(const std::string& name, Target& t, uint64_t token);
+  void StartAck(const std::string& name, Target& t);
+  void PutAck(const std::string& name, uint64_t op_id);
+  void PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision, int64_t pending_revision);
+  void OnPendingTxn(const std::string& name, uint64_t op_id, const etcd::Status& s, const etcd::TxnResponse& r);
+  void CheckRaise(const std::string& name, Target& t);
+  void Commit(const std::string& name, uint64_t op_id);
+  void OnDeadline(const std::string& name, uint64_t op_id);
+  void Withdraw(const std::string& name, Target& t, int64_t revision, uint64_t token);
+  void MaybeTakeOver(const std::string& name, Target& t);
+  void Complete(Target& t, PersistResult result);
+  Op* FindOp(const std::string& name, uint64_t id);
+  void Prune(const std::string& name);
+
+  const Layout& layout_;
+  etcd::Kv& kv_;
+  Scheduler& scheduler_;
+  Membership& membership_;
+  Reporter& reporter_;
+  const Options options_;
+  FenceRegistry* registry_ = nullptr;
+  bool stopping_ = false;
+  uint64_t next_op_ = 0;
+  Targets targets_;
+};
+
+}  // namespace fencing::store
