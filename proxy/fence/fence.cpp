@@ -35,7 +35,6 @@ AdmitResult Fence::AdmitWithoutWaiting(uint64_t token, uint64_t max_jump) {
 AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump) {
   std::vector<Wakeup> wakeups;
   uint64_t to_persist = 0;
-  uint64_t superseded = 0;
   AdmitResult result;
   {
     std::lock_guard lock(mu_);
@@ -55,14 +54,12 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
       if (pending_ == 0) pending_since_ = clock_();
       pending_ = token;
       pending_remote_ = false;
-      if (gate_ && persisting_ != 0 && persisting_ < token) superseded = persisting_;
     }
     waiters_.push_back(waiter);
     result = {Admission::kWaiting, pending_};
     to_persist = TakeRaiseToPersist();
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
-  if (superseded) persister_.Supersede(*this, superseded);
   if (to_persist) persister_.Persist(*this, to_persist);
   return result;
 }

@@ -98,10 +98,6 @@ class Fence;
 class FencePersister {
  public:
   virtual void Persist(Fence& fence, uint64_t token) = 0;
-  // (Shared store) a higher token arrived while the raise to token is being made durable: its
-  // waiters were answered 409, so the store gives it up if it can (not once it is committing).
-  // OnPersisted follows as usual.
-  virtual void Supersede(Fence& /*fence*/, uint64_t /*token*/) {}
 
  protected:
   ~FencePersister() = default;

@@ -151,10 +151,6 @@ void FenceKeys::Persist(Fence& fence, uint64_t token) {
                         [&fence, token](PersistResult result) { fence.OnPersisted(token, result); });
 }
 
-void FenceKeys::Supersede(Fence& fence, uint64_t token) {
-  persister_.SupersedeKey(FenceRecord(name_, token, fence.name()));
-}
-
 bool FenceKeys::Idle(const Active& active) {
   // pins first: a request pins under the shard lock (held by the caller), so once no one pins,
   // no one can start to use the Fence; then the Fence's own state (a raise being written, or

@@ -89,7 +89,6 @@ class FenceRef {
 class KeyPersister {
  public:
   virtual void PersistKey(FenceRecord record, std::function<void(PersistResult)> done) = 0;
-  virtual void SupersedeKey(const FenceRecord& /*record*/) {}  // FencePersister::Supersede's
 
  protected:
   ~KeyPersister() = default;
@@ -233,7 +232,6 @@ class FenceKeys final : private FencePersister {
 
   // A key's Fence asks for its raise here (its name is the key): a key record.
   void Persist(Fence& fence, uint64_t token) override;
-  void Supersede(Fence& fence, uint64_t token) override;
   Shard& ShardFor(size_t hash) { return shards_[hash >> 58]; }
   const Shard& ShardFor(size_t hash) const { return shards_[hash >> 58]; }
   Active* Activate(std::string_view key, Slot& slot, Shard& shard);

@@ -136,9 +136,6 @@ void FenceRegistry::Persist(Fence& fence, uint64_t token) {
   });
 }
 
-void FenceRegistry::Supersede(Fence& fence, uint64_t token) { store_.Supersede(FenceRecord(fence.name(), token)); }
-void FenceRegistry::SupersedeKey(const FenceRecord& record) { store_.Supersede(record); }
-
 void FenceRegistry::PersistKey(FenceRecord record, std::function<void(PersistResult)> done) {
   std::string what = "a key's record (fence " + record.fence + ", key " + record.key + ")";
   store_.Persist(std::move(record), [this, what = std::move(what), done = std::move(done)](PersistResult result) {

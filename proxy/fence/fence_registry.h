@@ -72,8 +72,6 @@ class FenceRegistry final : private FencePersister, private KeyPersister {
 
  private:
   void Persist(Fence& fence, uint64_t token) override;
-  void Supersede(Fence& fence, uint64_t token) override;
-  void SupersedeKey(const FenceRecord& record) override;
   void PersistKey(FenceRecord record, std::function<void(PersistResult)> done) override;
   void OnResult(PersistResult result, const std::string& what);
 

@@ -18,9 +18,6 @@ class RaiseStore {
   // any thread, possibly before Persist returns. kFailed is terminal: every fenced write is
   // refused from then on.
   virtual void Persist(FenceRecord record, Done done) = 0;
-  // A higher token superseded the raise in record (FencePersister::Supersede): give it up if it
-  // is not committing yet. Its done follows as usual. Only the shared store does anything.
-  virtual void Supersede(const FenceRecord& /*record*/) {}
   // The membership every admission needs (shared store), or null: always admitted.
   virtual const MembershipGate* gate() const { return nullptr; }
   virtual ~RaiseStore() = default;

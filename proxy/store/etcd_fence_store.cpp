@@ -166,10 +166,6 @@ class EtcdFenceStore::Impl final : public store::Reporter {
     });
   }
 
-  void Supersede(const FenceRecord& record) {
-    net::post(io_, [this, record] { member_->Supersede(record); });
-  }
-
   const MembershipGate* gate() const { return &gate_; }
 
   EtcdFenceStore::Status status() const {
@@ -271,7 +267,6 @@ FenceKeyMaxima EtcdFenceStore::TakeKeyMaxima() { return std::move(impl_->keys); 
 void EtcdFenceStore::Attach(FenceRegistry& registry) { impl_->Attach(registry); }
 void EtcdFenceStore::Stop(bool left_cleanly) { impl_->Stop(left_cleanly); }
 void EtcdFenceStore::Persist(FenceRecord record, Done done) { impl_->Persist(std::move(record), std::move(done)); }
-void EtcdFenceStore::Supersede(const FenceRecord& record) { impl_->Supersede(record); }
 const MembershipGate* EtcdFenceStore::gate() const { return impl_->gate(); }
 EtcdFenceStore::Status EtcdFenceStore::status() const { return impl_->status(); }
 

@@ -68,7 +68,6 @@ class EtcdFenceStore final : public RaiseStore {
   void Stop(bool left_cleanly = false);
 
   void Persist(FenceRecord record, Done done) override;
-  void Supersede(const FenceRecord& record) override;
   const MembershipGate* gate() const override;
 
   struct Status {

@@ -47,10 +47,6 @@ void Member::Persist(const FenceRecord& record, RaiseStore::Done done) {
                     std::move(done));
 }
 
-void Member::Supersede(const FenceRecord& record) {
-  protocol_.Supersede(record.key.empty() ? record.fence : record.fence + "/" + record.key, record.token);
-}
-
 void Member::Stop(bool left_cleanly, std::function<void()> done) {
   started_ = nullptr;
   view_.Stop();

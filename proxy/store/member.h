@@ -41,7 +41,6 @@ class Member final : private Membership::Listener {
   // opens.
   void Attach(FenceRegistry& registry);
   void Persist(const FenceRecord& record, RaiseStore::Done done);
-  void Supersede(const FenceRecord& record);
   // Every persist under way ends; the membership is given up (see Membership::Stop).
   void Stop(bool left_cleanly, std::function<void()> done);
 

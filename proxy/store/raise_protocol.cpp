@@ -370,7 +370,7 @@ void RaiseProtocol::PendingTxn(const std::string& name, uint64_t op_id, int64_t 
     if (stopping_) return;
     if (s.ok()) reporter_.Observe("txn", Seconds(scheduler_.NowNanos() - sent));
     if (!FindOp(name, op_id)) {
-      // The raise ended meanwhile (superseded, given up): a pending it wrote is withdrawn.
+      // The raise ended meanwhile (given up, superseded): a pending it wrote is withdrawn.
       if (s.ok() && r.succeeded) Withdraw(name, targets_[name], r.revision, token);
       return;
     }
@@ -528,19 +528,6 @@ void RaiseProtocol::Commit(const std::string& name, uint64_t op_id) {
     }
     Prune(name);
   });
-}
-
-void RaiseProtocol::Supersede(const std::string& name, uint64_t token) {
-  Op* op = nullptr;
-  auto it = targets_.find(name);
-  if (it != targets_.end() && it->second.op) op = it->second.op.get();
-  if (!op || op->kind != Op::Kind::kRaise || op->token != token || op->committing) return;
-  Target& t = it->second;
-  if (op->revision != 0) Withdraw(name, t, op->revision, op->token);
-  // (Its pending txn still on its way: if written, the view shows a pending of ours that no
-  // raise owns, which is withdrawn then.)
-  Complete(t, PersistResult::kNotDurable);
-  Prune(name);
 }
 
 void RaiseProtocol::OnDeadline(const std::string& name, uint64_t op_id) {

@@ -76,9 +76,6 @@ class RaiseProtocol {
 
   // Our fence asks for T (a raise of ours, or the acknowledgement of another's). done once.
   void Persist(const std::string& target, uint64_t token, RaiseStore::Done done);
-  // A higher token arrived here while our raise to token was under way: withdrawn unless it is
-  // committing (its 409'd waiters' token must not become the max).
-  void Supersede(const std::string& target, uint64_t token);
 
   // ---- what the view reads, per key in revision order
   void OnMax(const Layout::Key& key, uint64_t token);

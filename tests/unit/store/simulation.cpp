@@ -153,9 +153,6 @@ struct Node final : store::Reporter, RaiseStore {
       member->Persist(record, std::move(done));
     });
   }
-  void Supersede(const FenceRecord& record) override {
-    thread->Post([this, record] { member->Supersede(record); });
-  }
   const MembershipGate* gate() const override { return &gate_; }
 
   Fence& fence() { return registry->GetOrCreate(kFence); }
