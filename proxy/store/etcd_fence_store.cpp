@@ -4,6 +4,7 @@
 #include "etcd/etcd_client.h"
 #include "fence/fence_registry.h"
 #include "store/member.h"
+#include "store/scheduled_client.h"
 #include "store/scheduler.h"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -56,46 +57,6 @@ class IoScheduler final : public store::Scheduler {
   net::io_context& io_;
 };
 
-// The etcd client's answers come on its own thread: each is posted to the store's.
-class PostingClient final : public etcd::Client {
- public:
-  PostingClient(etcd::Client& inner, net::io_context& io) : inner_(inner), io_(io) {}
-
-  void Range(etcd::RangeRequest request, std::function<void(etcd::Status, etcd::RangeResponse)> done) override {
-    inner_.Range(std::move(request), Posted(std::move(done)));
-  }
-  void Txn(etcd::TxnRequest request, std::function<void(etcd::Status, etcd::TxnResponse)> done) override {
-    inner_.Txn(std::move(request), Posted(std::move(done)));
-  }
-  void Put(std::string key, std::string value, int64_t lease,
-           std::function<void(etcd::Status, int64_t)> done) override {
-    inner_.Put(std::move(key), std::move(value), lease, Posted(std::move(done)));
-  }
-  void Grant(int64_t ttl, std::function<void(etcd::Status, int64_t, int64_t)> done) override {
-    inner_.Grant(ttl, Posted(std::move(done)));
-  }
-  void KeepAliveOnce(int64_t id, std::function<void(etcd::Status, int64_t, int64_t)> done) override {
-    inner_.KeepAliveOnce(id, Posted(std::move(done)));
-  }
-  void Revoke(int64_t id, std::function<void(etcd::Status)> done) override {
-    inner_.Revoke(id, Posted(std::move(done)));
-  }
-  std::shared_ptr<etcd::WatchHandle> Watch(etcd::WatchOptions options, etcd::WatchEvents on_events,
-                                           etcd::WatchEnded on_end) override {
-    return inner_.Watch(std::move(options), Posted(std::move(on_events)), Posted(std::move(on_end)));
-  }
-
- private:
-  template <typename... Args>
-  std::function<void(Args...)> Posted(std::function<void(Args...)> f) {
-    return [io = &io_, f = std::move(f)](Args... args) mutable {
-      net::post(*io, [f, ... args = std::move(args)]() mutable { f(std::move(args)...); });
-    };
-  }
-  etcd::Client& inner_;
-  net::io_context& io_;
-};
-
 }  // namespace
 
 class EtcdFenceStore::Impl final : public store::Reporter {
@@ -112,7 +73,7 @@ class EtcdFenceStore::Impl final : public store::Reporter {
   bool Start(std::chrono::milliseconds wait, std::string* error) {
     client_ = EtcdClient::Create(config_.etcd, error);
     if (!client_) return false;
-    posting_ = std::make_unique<PostingClient>(*client_, io_);
+    posting_ = std::make_unique<store::ScheduledClient>(*client_, scheduler_);
     member_ = std::make_unique<store::Member>(
         store::Member::Options{config_.prefix, config_.member_ttl.count(),
                                std::chrono::duration_cast<std::chrono::nanoseconds>(request_timeout_).count()},
@@ -240,7 +201,7 @@ class EtcdFenceStore::Impl final : public store::Reporter {
   IoScheduler scheduler_{io_};
   MembershipGate gate_;
   std::unique_ptr<EtcdClient> client_;
-  std::unique_ptr<PostingClient> posting_;
+  std::unique_ptr<store::ScheduledClient> posting_;
   std::unique_ptr<store::Member> member_;
   std::thread thread_;
 

@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -821,6 +822,29 @@ class ProxyTestCase(unittest.TestCase):
         self.workdir = tempfile.mkdtemp(prefix="fp-it-")
         self.addCleanup(shutil.rmtree, self.workdir, True)
         self._proxies = []
+
+    def in_thread(self, fn, *args, **kwargs):
+        """Runs fn in a thread; the returned dict gets "response" (or "error"), "sent", "done"."""
+        out = {}
+
+        def run():
+            out["sent"] = time.monotonic()
+            try:
+                out["response"] = fn(*args, **kwargs)
+            except Exception as e:  # reported by the test's assertions
+                out["error"] = e
+            out["done"] = time.monotonic()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        out["thread"] = thread
+        return out
+
+    def joined(self, out, timeout, what):
+        """The response of an in_thread call, once it has ended (a test failure if not in time)."""
+        out["thread"].join(timeout)
+        self.assertFalse(out["thread"].is_alive(), "%s: no answer within %.0fs" % (what, timeout))
+        self.assertNotIn("error", out, "%s: %r" % (what, out.get("error")))
+        return out["response"]
 
     def start_backend(self):
         backend = Backend(self.workdir)

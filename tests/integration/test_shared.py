@@ -281,28 +281,6 @@ class SharedFencesTest(ProxyTestCase):
         return proxy.request("PUT", self.path(proxy, tag, key), token, tag.encode(),
                              headers=headers, conn=conn, timeout=timeout)
 
-    def in_thread(self, fn, *args, **kwargs):
-        """Runs fn in a thread; the returned dict gets "response" (or "error"), "sent", "done"."""
-        out = {}
-
-        def run():
-            out["sent"] = time.monotonic()
-            try:
-                out["response"] = fn(*args, **kwargs)
-            except Exception as e:  # reported by the test's assertions
-                out["error"] = e
-            out["done"] = time.monotonic()
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        out["thread"] = thread
-        return out
-
-    def joined(self, out, timeout, what):
-        out["thread"].join(timeout)
-        self.assertFalse(out["thread"].is_alive(), "%s: no answer within %.0fs" % (what, timeout))
-        self.assertNotIn("error", out, "%s: %r" % (what, out.get("error")))
-        return out["response"]
-
     def put_until_200(self, proxy, tag, token, until):
         """A client that retries a raise answered 503 (every 0.1s, until the monotonic time
         until) -> (the last response, the monotonic time it came, [statuses])."""

@@ -121,28 +121,6 @@ class SharedFaultsTest(ProxyTestCase):
         return proxy.request("PUT", self.path(proxy, tag), token, tag.encode(), headers=headers,
                              timeout=timeout)
 
-    def in_thread(self, fn, *args, **kwargs):
-        """Runs fn in a thread; the returned dict gets "response" (or "error"), "sent", "done"."""
-        out = {}
-
-        def run():
-            out["sent"] = time.monotonic()
-            try:
-                out["response"] = fn(*args, **kwargs)
-            except Exception as e:  # reported by the test's assertions
-                out["error"] = e
-            out["done"] = time.monotonic()
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        out["thread"] = thread
-        return out
-
-    def joined(self, out, timeout, what):
-        out["thread"].join(timeout)
-        self.assertFalse(out["thread"].is_alive(), "%s: no answer within %.0fs" % (what, timeout))
-        self.assertNotIn("error", out, "%s: %r" % (what, out.get("error")))
-        return out["response"]
-
     def wait_max(self, proxy, token, timeout=5.0):
         wait_for(lambda: proxy.fence("orders").get("max_token") == token, timeout, 0.02,
                  "/fences on proxy %s to show max %d (it shows %s)"

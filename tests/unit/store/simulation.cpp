@@ -6,6 +6,7 @@
 #include "fence/fence_registry.h"
 #include "store/layout.h"
 #include "store/member.h"
+#include "store/scheduled_client.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -88,41 +89,6 @@ class MemberThread final : public store::Scheduler {
   std::deque<std::function<void()>> deferred_;
 };
 
-// The member's etcd client: answers come on the member's thread (as EtcdFenceStore posts them).
-class ThreadClient final : public etcd::Client {
- public:
-  ThreadClient(etcd::Client& inner, MemberThread& thread) : inner_(inner), thread_(thread) {}
-  void Range(etcd::RangeRequest r, std::function<void(etcd::Status, etcd::RangeResponse)> done) override {
-    inner_.Range(std::move(r), On(std::move(done)));
-  }
-  void Txn(etcd::TxnRequest r, std::function<void(etcd::Status, etcd::TxnResponse)> done) override {
-    inner_.Txn(std::move(r), On(std::move(done)));
-  }
-  void Put(std::string k, std::string v, int64_t lease, std::function<void(etcd::Status, int64_t)> done) override {
-    inner_.Put(std::move(k), std::move(v), lease, On(std::move(done)));
-  }
-  void Grant(int64_t ttl, std::function<void(etcd::Status, int64_t, int64_t)> done) override {
-    inner_.Grant(ttl, On(std::move(done)));
-  }
-  void KeepAliveOnce(int64_t id, std::function<void(etcd::Status, int64_t, int64_t)> done) override {
-    inner_.KeepAliveOnce(id, On(std::move(done)));
-  }
-  void Revoke(int64_t id, std::function<void(etcd::Status)> done) override { inner_.Revoke(id, On(std::move(done))); }
-  std::shared_ptr<etcd::WatchHandle> Watch(etcd::WatchOptions o, etcd::WatchEvents events, etcd::WatchEnded end) override {
-    return inner_.Watch(std::move(o), On(std::move(events)), On(std::move(end)));
-  }
-
- private:
-  template <typename... Args>
-  std::function<void(Args...)> On(std::function<void(Args...)> f) {
-    return [thread = &thread_, f = std::move(f)](Args... args) mutable {
-      thread->Post([f, ... args = std::move(args)]() mutable { f(std::move(args)...); });
-    };
-  }
-  etcd::Client& inner_;
-  MemberThread& thread_;
-};
-
 class NoMetrics final : public FenceRegistryObserver, public FenceObserver {
  public:
   const FenceObserver& ForFence(std::string_view) override { return *this; }
@@ -162,7 +128,7 @@ struct Node final : store::Reporter, RaiseStore {
   std::string name, member_id;
   std::unique_ptr<MemberThread> thread;
   std::unique_ptr<FakeEtcdClient> link;
-  std::unique_ptr<ThreadClient> client;
+  std::unique_ptr<store::ScheduledClient> client;
   MembershipGate gate_;
   NoMetrics metrics;
   std::unique_ptr<store::Member> member;
@@ -280,7 +246,7 @@ Node::Node(World& w, int i, int inc) : world(w), index(i), incarnation(inc), gat
   name = std::string(1, char('A' + i)) + std::to_string(inc);
   thread = std::make_unique<MemberThread>(world.scheduler);
   link = world.etcd.Connect(name, kSecond);
-  client = std::make_unique<ThreadClient>(*link, *thread);
+  client = std::make_unique<store::ScheduledClient>(*link, *thread);
   member = std::make_unique<store::Member>(
       store::Member::Options{kPrefix, world.options.ttl_seconds, world.options.request_timeout_ns}, *client, *thread,
       gate_, *this);
