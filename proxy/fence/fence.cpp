@@ -47,9 +47,19 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
       return {Admission::kAdmitted, max_token_};
     }
     if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
+    if (SupersededLocked(token)) {
+      superseded_.push_back(waiter);
+      return {Admission::kWaiting, effective_max};
+    }
     if (token > pending_) {
       // A newer holder (or the holder of a withdrawn raise, at the floor, trying again): whoever
-      // waited for an older raise has lost the lock too.
+      // waited for an older raise has lost the lock too. Unless that raise is in the shared
+      // store's hands already (ours, or another member's we acknowledged): it may commit all the
+      // same, so its waiters learn its fate first (a token answered 409 never becomes the max).
+      if (gate_ && persisting_ != 0 && persisting_ == pending_) {
+        superseded_.insert(superseded_.end(), waiters_.begin(), waiters_.end());
+        waiters_.clear();
+      }
       RejectWaiters(Admission::kStale, token, wakeups);
       if (pending_ == 0) pending_since_ = clock_();
       pending_ = token;
@@ -73,7 +83,7 @@ AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
   uint64_t effective_max = EffectiveMaxLocked();
   if (state_failed_.load(std::memory_order_acquire)) return {Admission::kFailed, effective_max};
   if (gate_ && !gate_->Open()) return {Admission::kUnavailable, effective_max};
-  if (token < effective_max) return {Admission::kStale, effective_max};
+  if (token < effective_max && !SupersededLocked(token)) return {Admission::kStale, effective_max};
   if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
     return {Admission::kTooFar, effective_max};
   }
@@ -113,6 +123,7 @@ void Fence::OnPersisted(uint64_t token, PersistResult result) {
   {
     std::lock_guard lock(mu_);
     persisting_ = 0;
+    ResolveSuperseded(token, result, wakeups);
     if (result == PersistResult::kFailed) {
       RejectWaiters(Admission::kFailed, std::max(max_token_, pending_), wakeups);
       pending_ = 0;
@@ -133,6 +144,21 @@ void Fence::OnPersisted(uint64_t token, PersistResult result) {
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
   if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+void Fence::ResolveSuperseded(uint64_t token, PersistResult result, std::vector<Wakeup>& wakeups) {
+  if (superseded_.empty()) return;
+  Admission admission = Admission::kStale;
+  if (result == PersistResult::kFailed) {
+    admission = Admission::kFailed;
+  } else if (result == PersistResult::kDurable && std::max(max_token_, token) == token) {
+    // Committed: they go, before the higher raise (which waits for them to drain).
+    admission = gate_ && !gate_->Open() ? Admission::kUnavailable : Admission::kAdmitted;
+  }
+  if (admission == Admission::kAdmitted) inflight_ += superseded_.size();
+  const uint64_t max = admission == Admission::kStale ? EffectiveMaxLocked() : std::max(max_token_, token);
+  for (RaiseWaiter* w : superseded_) wakeups.push_back({w, admission, max});
+  superseded_.clear();
 }
 
 void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
@@ -217,7 +243,7 @@ void Fence::RemoteWithdrawn(uint64_t token) {
 bool Fence::Abandon(RaiseWaiter& waiter) {
   std::lock_guard lock(mu_);
   auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
-  if (it == waiters_.end()) return false;
+  if (it == waiters_.end()) return false;  // (or superseded: the store answers, in its bound)
   if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
   waiters_.erase(it);
   if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
@@ -231,12 +257,14 @@ bool Fence::Abandon(RaiseWaiter& waiter) {
 
 FenceSnapshot Fence::Snapshot() const {
   std::lock_guard lock(mu_);
-  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size(), floor_ > max_token_ ? floor_ : 0};
+  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size() + superseded_.size(),
+                       floor_ > max_token_ ? floor_ : 0};
 }
 
 bool Fence::Idle() const {
   std::lock_guard lock(mu_);
-  return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty() && floor_ <= max_token_;
+  return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty() && superseded_.empty() &&
+         floor_ <= max_token_;
 }
 
 uint64_t Fence::max_token() const {

@@ -9,6 +9,10 @@
 //   token <  floor                            -> stale (shared store only: the floor is the
 //                                               highest raise that was given up; the tokens it
 //                                               refused while pending stay refused)
+//   token >  a raise the shared store has     -> becomes the pending raise; the older raise's
+//            under way (ours or acknowledged)     waiters, and new requests carrying it, wait for
+//                                               the store's answer: admitted if it commits
+//                                               (before the new raise drains), else stale
 //
 // So at any moment every admitted write of a fence carries the same token, and the backend never
 // sees a lower token after (or while) it sees a higher one. The class knows nothing of sockets,
@@ -178,10 +182,17 @@ class Fence {
   // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
   AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
   uint64_t EffectiveMaxLocked() const { return std::max({max_token_, pending_, floor_}); }
+  // (Shared store) token is a raise the store has under way, superseded here by a higher one:
+  // its requests wait for the store's answer (superseded_) instead of being stale at once.
+  bool SupersededLocked(uint64_t token) const {
+    return gate_ && persisting_ != 0 && token == persisting_ && pending_ > persisting_;
+  }
   // Both called with mu_ held; return what to do once it is released.
   uint64_t TakeRaiseToPersist();
   void RejectWaiters(Admission admission, uint64_t max_token, std::vector<Wakeup>& wakeups);
   void Finish(uint64_t persist_token, std::vector<Wakeup>& wakeups);
+  // The raise to token the store has answered: what its superseded waiters get.
+  void ResolveSuperseded(uint64_t token, PersistResult result, std::vector<Wakeup>& wakeups);
 
   const std::string name_;
   FencePersister& persister_;
@@ -199,6 +210,9 @@ class Fence {
   uint64_t persisting_ = 0;       // the token the persister is writing now; 0 if none
   double pending_since_ = 0;      // when the current drain began (raise_wait_seconds)
   std::vector<RaiseWaiter*> waiters_;  // requests carrying pending_
+  // (Shared store) requests carrying persisting_, superseded here by a higher token while the
+  // store had it: admitted if it commits, else stale.
+  std::vector<RaiseWaiter*> superseded_;
 };
 
 }  // namespace fencing

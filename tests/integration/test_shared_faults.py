@@ -406,12 +406,12 @@ class SharedFaultsTest(ProxyTestCase):
     # Open (issue 24): a raise superseded here by a higher token while it waits for its
     # acknowledgements still commits before the higher one; giving it up then (tried) made
     # test_shared's hand-overs answer holders 503. Unmark once that is solved.
-    @unittest.expectedFailure
-    def test_token_answered_409_never_becomes_the_max(self):
+    def test_a_raise_superseded_while_in_etcd_is_answered_by_its_fate(self):
         """A's raise to 2 is pending in etcd, waiting for B (which cannot read); a raise to 3
-        arrives at A and the request with 2 is answered 409. Then B can read again and the
-        raises complete. The contract: a token answered 409 never becomes the fence's maximum
-        later (3 may; 2 must not)."""
+        arrives at A. 2 may still commit, so its request is not answered 409 yet: it waits for
+        etcd's answer. B reads again, acknowledges 2, A commits it, and the request with 2 goes
+        (before 3, which waits for it to drain). The contract: a token answered 409 never becomes
+        the fence's maximum later."""
         ttl, request = 2, 3
         blocker = ReadBlocker(self.etcd.client_port)
         self.addCleanup(blocker.close)
@@ -422,11 +422,47 @@ class SharedFaultsTest(ProxyTestCase):
         blocker.block()
         two = self.in_thread(self.put, a, "t2", 2, timeout=raise_wait(ttl, request) + 10)
         self.wait_pending_in_etcd(2)
-        three = self.in_thread(self.put, a, "t3", 3, timeout=raise_wait(ttl, request) + 10)
-        two_response = self.joined(two, 5, "A's raise to 2, superseded by 3")
-        self.assertStale(two_response, 3, "the request with 2 once 3 arrived")
+        three = self.in_thread(self.put, a, "t3", 3, timeout=2 * raise_wait(ttl, request) + 10)
+        wait_for(lambda: a.fence("orders").get("pending") == 3, 5, 0.02, "A to hold the raise to 3")
+        self.assertTrue(two["thread"].is_alive(), "the request with 2 was answered while its raise was "
+                        "pending in etcd and could still commit")
         blocker.unblock()
-        three_response = self.joined(three, raise_wait(ttl, request) + 10, "A's raise to 3")
+        two_response = self.joined(two, raise_wait(ttl, request) + 10, "A's raise to 2")
+        three_response = self.joined(three, 2 * raise_wait(ttl, request) + 10, "A's raise to 3")
+        wait_for(lambda: self.no_raise_pending() and
+                 not a.fence("orders").get("pending"), raise_wait(ttl, request) + 5, 0.02,
+                 "the raises to be over (no pending raise in etcd nor on A)")
+        history = self.max_history(since)
+        print("\n  2 answered %d; 3 answered %d; P/max/orders since: %s"
+              % (two_response[0], three_response[0], history))
+        self.assert2xx(two_response, "the request with 2, whose raise B acknowledged once it "
+                       "could read (history %s)" % history)
+        self.assert2xx(three_response, "the request with 3, after 2's write drained")
+        self.assertEqual(history[-2:], [2, 3], "2 committed, then 3")
+        paths = [r["path"] for r in self.backend.records("/orders")]
+        self.assertLess(paths.index("/orders/A/t2"), paths.index("/orders/A/t3"), paths)
+        for proxy in (a, b):
+            self.wait_max(proxy, 3)
+
+    def test_a_raise_superseded_while_in_etcd_that_is_given_up_is_409_and_never_the_max(self):
+        """As above, but B stays cut off until A gives 2 up (member_ttl + timeouts.request +
+        1 s): the request with 2 is answered 409 (3 is pending here), and 2 never becomes the
+        max; 3 commits once B reads again."""
+        ttl, request = 2, 3
+        blocker = ReadBlocker(self.etcd.client_port)
+        self.addCleanup(blocker.close)
+        a, b = self.start_proxies(("A", "B"), ttl, request, endpoints={"B": blocker.url})
+        self.assert2xx(self.put(a, "t1", 1), "the raise to 1 through A")
+        self.wait_max(b, 1)
+        since = self.etcd_revision()
+        blocker.block()
+        two = self.in_thread(self.put, a, "t2", 2, timeout=raise_wait(ttl, request) + 10)
+        self.wait_pending_in_etcd(2)
+        three = self.in_thread(self.put, a, "t3", 3, timeout=2 * raise_wait(ttl, request) + 10)
+        two_response = self.joined(two, raise_wait(ttl, request) + 10, "A's raise to 2")
+        self.assertStale(two_response, 3, "the request with 2, once its raise was given up")
+        blocker.unblock()
+        three_response = self.joined(three, 2 * raise_wait(ttl, request) + 10, "A's raise to 3")
         wait_for(lambda: self.no_raise_pending() and
                  not a.fence("orders").get("pending"), raise_wait(ttl, request) + 5, 0.02,
                  "the raises to be over (no pending raise in etcd nor on A)")
@@ -436,9 +472,6 @@ class SharedFaultsTest(ProxyTestCase):
         self.assertNotIn(2, history, "token 2 was answered 409 and later became the fence's max "
                          "in etcd (P/max/orders history %s): a token answered 409 never becomes "
                          "the maximum later" % history)
-        if three_response[0] == 200:
-            for proxy in (a, b):
-                self.wait_max(proxy, 3)
         self.assertNotIn("/orders/A/t2", [r["path"] for r in self.backend.records("/orders")])
 
     def assertStale(self, response, max_token, msg):

@@ -212,6 +212,70 @@ TEST_F(FenceRemoteTest, ARaiseSupersededByAHigherOneAsksForTheHigherOneNext) {
   EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kStale);
 }
 
+// A raise in the store's hands may be committing when a higher token arrives here: its waiters
+// are not told 409 until the store says (a token answered 409 never becomes the max).
+TEST_F(FenceRemoteTest, ARaiseOfOursSupersededHereGoesIfTheStoreCommitsIt) {
+  Waiter w9, w12;
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
+  EXPECT_TRUE(w9.resolves.empty()) << "answered before the store said whether 9 commits";
+  EXPECT_FALSE(fence_.Abandon(w9)) << "the store answers it, within its own bound";
+  EXPECT_EQ(fence_.Snapshot().waiting, 2u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(8).admission, Admission::kStale);
+  EXPECT_EQ(fence_.Check(9).admission, Admission::kAdmitted) << "9 may still commit";
+  Waiter later9;
+  ASSERT_EQ(fence_.Admit(9, later9).admission, Admission::kWaiting) << "9 may still commit";
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w9.Is(Admission::kAdmitted, 9));
+  EXPECT_TRUE(later9.Is(Admission::kAdmitted, 9));
+  fence_.Release();
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kStale) << "12 is pending here";
+  EXPECT_EQ(fence_.max_token(), 9u);
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9}) << "12 asked for with 9's write still in flight";
+  fence_.Release();
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12}));
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w12.Is(Admission::kAdmitted, 12));
+}
+
+TEST_F(FenceRemoteTest, ARaiseOfOursSupersededHereIsStaleIfTheStoreGivesItUp) {
+  Waiter w9, w12;
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
+  Waiter later9;
+  ASSERT_EQ(fence_.Admit(9, later9).admission, Admission::kWaiting);
+  store_.Answer(PersistResult::kNotDurable);
+  EXPECT_TRUE(w9.Is(Admission::kStale, 12));
+  EXPECT_TRUE(later9.Is(Admission::kStale, 12));
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kStale);
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12}));
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w12.Is(Admission::kAdmitted, 12));
+  EXPECT_TRUE(fence_.Idle() || fence_.Snapshot().inflight == 1u);
+}
+
+TEST_F(FenceRemoteTest, AnAcknowledgedRaiseSupersededHereGoesIfItsRaiserCommitsIt) {
+  fence_.RemotePending(9);
+  ASSERT_EQ(store_.asked, std::vector<uint64_t>{9});  // the acknowledgement
+  Waiter w9, w12;
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
+  EXPECT_TRUE(w9.resolves.empty());
+  store_.Answer(PersistResult::kDurable);  // the raiser committed 9
+  EXPECT_TRUE(w9.Is(Admission::kAdmitted, 9));
+  fence_.Release();
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12}));
+}
+
+TEST_F(FenceRemoteTest, ASupersededRaiseThatFailsTheStoreFailsItsWaiters) {
+  Waiter w9, w12;
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
+  store_.Answer(PersistResult::kFailed);
+  EXPECT_TRUE(w9.Is(Admission::kFailed, 9));
+  EXPECT_TRUE(w12.Is(Admission::kFailed, 12));
+}
+
 TEST_F(FenceRemoteTest, AClosedGateRefusesEveryFencedWriteAndAnOpenOneAdmitsAgain) {
   gate_.Close();
   EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kUnavailable);

@@ -233,10 +233,14 @@ class World {
   };
   std::optional<PendingWrite> pending_;  // etcd's pending key now
   struct Refusal {
-    std::string member;  // who answered 503
+    std::string member;  // who answered
     int64_t at;
   };
   std::multimap<uint64_t, Refusal> unavailable_;  // token answered 503
+  struct Carried {
+    int taken = 0, refused = 0;  // requests carrying a token the proxies took, and refused (409, 503)
+  };
+  std::map<uint64_t, Carried> carried_;
   // Faults under way: what heals them.
   std::vector<std::unique_ptr<store::Scheduler::Timer>> heals_;
   std::vector<std::unique_ptr<store::Scheduler::Timer>> loops_;
@@ -306,6 +310,7 @@ void World::Issue(int i, uint64_t token) {
   n.thread->Post([this, req, &n] {
     req->issued = scheduler.NowNanos();
     Trace(req->issued, n.name + " request " + std::to_string(req->id) + " token " + std::to_string(req->token));
+    ++carried_[req->token].taken;
     AdmitResult a = n.fence().Admit(req->token, *req);
     if (a.admission != Admission::kWaiting) {
       Answered(*req, a.admission, a.max_token);
@@ -341,9 +346,11 @@ void World::Answered(Request& r, Admission admission, uint64_t max_token) {
       Trace(now, "request " + std::to_string(r.id) + " token " + std::to_string(r.token) + ": 409 (max " +
                      std::to_string(max_token) + ")");
       if (etcd_max_ == r.token && max_token == r.token) Fail("token " + std::to_string(r.token) + " refused as stale at its own max");
+      ++carried_[r.token].refused;
       break;
     default: {
       ++result.refused_unavailable;
+      ++carried_[r.token].refused;
       // A raise that failed: the request waited for it, and the membership is open (a closed one
       // refuses every write, a raise that went through included: that 503 says "not now").
       const Node* n = nodes[r.node] && incarnations[r.node] == r.incarnation ? nodes[r.node].get() : nullptr;
@@ -387,7 +394,8 @@ void World::StartWrite(const Request& r) {
 // Raises in etcd only go up: a pending raise (or a withdrawn one) is replaced only by a higher
 // one, and the max only ever takes the token of the pending raise it commits, never one below a
 // raise that was pending (so a token refused against that raise, 409, never becomes the max);
-// and a pending raise whose raiser answered 503 is never committed after that answer.
+// and a pending raise whose raiser answered 503 is never committed after that answer, nor a token
+// every request of which was refused (409 or 503).
 void World::OnEtcdWrite(const EtcdWrite& w) {
   store::Layout::Key key = layout.Classify(w.event.kv.key);
   if (key.kind == store::Layout::Key::Kind::kPending) {
@@ -417,6 +425,11 @@ void World::OnEtcdWrite(const EtcdWrite& w) {
   etcd_max_ = token;
   Trace(w.time_ns, "etcd max := " + std::to_string(token));
   if (!pending_ || pending_->token != token) return Fail("a max committed without its pending raise");
+  // A refused raise never commits later: some request carrying the token is waiting for it.
+  if (const Carried& c = carried_[token]; c.refused == c.taken) {
+    Fail("token " + std::to_string(token) + " became the max, but all " + std::to_string(c.taken) +
+         " requests carrying it were refused (409 or 503)");
+  }
   for (auto [it, end] = unavailable_.equal_range(token); it != end; ++it) {
     if (it->second.member == pending_->member && it->second.at > pending_->at) {
       Fail("token " + std::to_string(token) + " was committed by the member that had answered its raise 503");
