@@ -289,7 +289,9 @@ class EtcdTest : public ::testing::Test {
     FP_REQUIRE_ETCD();
     ASSERT_NE(etcd_, nullptr) << start_error_;
     std::string error;
-    client_ = EtcdClient::Create(Config({etcd_->endpoint()}), &error);
+    // 5 s a call: a loaded machine (sanitizers, other work) is slow, not broken; the tests of a
+    // call's deadline make their own clients with short ones.
+    client_ = EtcdClient::Create(Config({etcd_->endpoint()}, 5000ms), &error);
     ASSERT_NE(client_, nullptr) << error;
     service_ = EtcdLockService::Create(Config({etcd_->endpoint()}), &error);
     ASSERT_NE(service_, nullptr) << error;
@@ -531,8 +533,14 @@ TEST_F(EtcdTest, AKeepAliveOfAnUnknownLeaseSaysTtlZero) {
 TEST_F(EtcdTest, AnExpiredLeaseSaysTtlZero) {
   LeaseAnswer grant = GrantSync(*client_, 1);
   ASSERT_TRUE(grant.status.ok()) << grant.status.error;
-  // etcd's lessor checks expiry every 500 ms; a 1 s lease is surely gone after 3 s.
-  std::this_thread::sleep_for(3s);
+  // A key on the lease goes when etcd's lessor expires it (it checks every 500 ms): waited for
+  // by reading the key, never by renewing the lease. A lease that never expires fails at the
+  // deadline.
+  const std::string key = "/lease/expiring";
+  Put(*client_, key, grant.id);
+  const auto deadline = Clock::now() + 30s;
+  while (!KvsOf(*client_, key).empty() && Clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(KvsOf(*client_, key).empty()) << "the 1 s lease never expired";
   LeaseAnswer k = KeepAliveSync(*client_, grant.id);
   ASSERT_TRUE(k.status.ok()) << k.status.error;
   EXPECT_EQ(k.ttl, 0);
@@ -667,15 +675,18 @@ TEST_F(EtcdTest, AWatchFromARevisionSeesPutsAndDeletesInOrder) {
 }
 
 TEST_F(EtcdTest, AWatchWithoutARevisionStartsWithTheCreatedMessage) {
+  std::string error;
+  auto client = EtcdClient::Create(Config({etcd_->endpoint()}, 1000ms), &error);
+  ASSERT_NE(client, nullptr) << error;
   WatchRecorder recorder;
-  auto handle = WatchPrefix(*client_, recorder, "/fresh/");
+  auto handle = WatchPrefix(*client, recorder, "/fresh/");
   ASSERT_TRUE(recorder.WaitMessages(1)) << recorder.end().error;
   EXPECT_TRUE(recorder.events().empty());
   EXPECT_GT(recorder.revisions().at(0), 0);
   int64_t put = Put(*client_, "/fresh/x");
   ASSERT_TRUE(recorder.WaitEvents(1)) << recorder.end().error;
   EXPECT_EQ(recorder.events()[0].kv.mod_revision, put);
-  // A watch lasts past the deadline of its start (the client's timeout, 1 s here).
+  // A watch lasts past the deadline of its start (its client's timeout, 1 s here).
   std::this_thread::sleep_for(1500ms);
   Put(*client_, "/fresh/y");
   ASSERT_TRUE(recorder.WaitEvents(2)) << recorder.end().error;
