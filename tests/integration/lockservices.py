@@ -614,3 +614,20 @@ def _holder_main(kind, server_address, lock_name, proxy_port, ttl):
 
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "holder":
     sys.exit(_holder_main(*sys.argv[2:]))
+
+
+class EtcdTestCase(harness.ProxyTestCase):
+    """A ProxyTestCase with one etcd server for the whole class (self.etcd), started again
+    before a test if an earlier one killed it and failed before restarting it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.etcd = EtcdServer()
+        cls.addClassCleanup(cls.etcd.stop)
+        print("\n  etcd %s up in %.2fs" % (cls.etcd.endpoint, cls.etcd.startup_seconds))
+
+    def setUp(self):
+        super().setUp()
+        if self.etcd.proc.poll() is not None:
+            self.etcd.restart()
+

@@ -19,7 +19,7 @@ import time
 import unittest
 
 import lockservices as ls
-from harness import ProxyTestCase, metric, run_cli
+from harness import metric, run_cli
 
 SKIP = ls.missing_etcd()
 if not SKIP:
@@ -45,13 +45,7 @@ JUMP = 1000000
 
 
 @unittest.skipIf(SKIP, SKIP)
-class EtcdEndToEndTest(ProxyTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.etcd = ls.EtcdServer()
-        cls.addClassCleanup(cls.etcd.stop)
-        print("\n  etcd %s up in %.2fs" % (cls.etcd.endpoint, cls.etcd.startup_seconds))
+class EtcdEndToEndTest(ls.EtcdTestCase):
 
     def setUp(self):
         super().setUp()

@@ -38,7 +38,7 @@ import unittest
 import urllib.request
 
 import lockservices as ls
-from harness import ProxyTestCase, binary_sanitizer, free_port, metric, sigstop_and_wait, wait_for
+from harness import binary_sanitizer, metric, sigstop_and_wait, wait_for
 from test_order import check_order
 
 
@@ -218,18 +218,10 @@ class MemberWatch:
 
 
 @unittest.skipIf(SKIP, SKIP)
-class SharedFencesTest(ProxyTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.etcd = ls.EtcdServer()
-        cls.addClassCleanup(cls.etcd.stop)
-        print("\n  etcd %s up in %.2fs" % (cls.etcd.endpoint, cls.etcd.startup_seconds))
+class SharedFencesTest(ls.EtcdTestCase):
 
     def setUp(self):
         super().setUp()
-        if self.etcd.proc.poll() is not None:  # a test killed it and failed before restarting
-            self.etcd.restart()
         self.prefix = "/fp-shared/%s-%d" % (self._testMethodName, os.getpid())
         self.backend = self.start_backend()
 

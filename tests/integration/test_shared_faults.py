@@ -25,14 +25,13 @@ import base64
 import json
 import os
 import signal
-import threading
 import time
 import unittest
 import urllib.request
 
 import lockservices as ls
 from etcd_relay import EtcdRelay
-from harness import ProxyTestCase, sigstop_and_wait, wait_for
+from harness import sigstop_and_wait, wait_for
 from test_order import check_order
 from test_shared import SKIP, ReadBlocker, fence_store_doc, members
 
@@ -47,18 +46,10 @@ def raise_wait(ttl, request):
 
 
 @unittest.skipIf(SKIP, SKIP)
-class SharedFaultsTest(ProxyTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.etcd = ls.EtcdServer()
-        cls.addClassCleanup(cls.etcd.stop)
-        print("\n  etcd %s up in %.2fs" % (cls.etcd.endpoint, cls.etcd.startup_seconds))
+class SharedFaultsTest(ls.EtcdTestCase):
 
     def setUp(self):
         super().setUp()
-        if self.etcd.proc.poll() is not None:
-            self.etcd.restart()
         self.prefix = "/fp-faults/%s-%d" % (self._testMethodName, os.getpid())
         self.backend = self.start_backend()
 
@@ -406,13 +397,10 @@ class SharedFaultsTest(ProxyTestCase):
     # Open (issue 24): a raise superseded here by a higher token while it waits for its
     # acknowledgements still commits before the higher one; giving it up then (tried) made
     # test_shared's hand-overs answer holders 503. Unmark once that is solved.
-    def test_a_raise_superseded_while_in_etcd_is_answered_by_its_fate(self):
-        """A's raise to 2 is pending in etcd, waiting for B (which cannot read); a raise to 3
-        arrives at A. 2 may still commit, so its request is not answered 409 yet: it waits for
-        etcd's answer. B reads again, acknowledges 2, A commits it, and the request with 2 goes
-        (before 3, which waits for it to drain). The contract: a token answered 409 never becomes
-        the fence's maximum later."""
-        ttl, request = 2, 3
+    def supersede_a_raise_in_etcd(self, ttl, request):
+        """Proxies A and B (B cannot read etcd): A raises to 1, then to 2 (pending in etcd,
+        waiting for B), then a request with 3 arrives at A. -> a, b, the blocker, the etcd
+        revision before 2, and the in_thread calls with 2 and 3."""
         blocker = ReadBlocker(self.etcd.client_port)
         self.addCleanup(blocker.close)
         a, b = self.start_proxies(("A", "B"), ttl, request, endpoints={"B": blocker.url})
@@ -423,6 +411,16 @@ class SharedFaultsTest(ProxyTestCase):
         two = self.in_thread(self.put, a, "t2", 2, timeout=raise_wait(ttl, request) + 10)
         self.wait_pending_in_etcd(2)
         three = self.in_thread(self.put, a, "t3", 3, timeout=2 * raise_wait(ttl, request) + 10)
+        return a, b, blocker, since, two, three
+
+    def test_a_raise_superseded_while_in_etcd_is_answered_by_its_fate(self):
+        """A's raise to 2 is pending in etcd, waiting for B (which cannot read); a raise to 3
+        arrives at A. 2 may still commit, so its request is not answered 409 yet: it waits for
+        etcd's answer. B reads again, acknowledges 2, A commits it, and the request with 2 goes
+        (before 3, which waits for it to drain). The contract: a token answered 409 never becomes
+        the fence's maximum later."""
+        ttl, request = 2, 3
+        a, b, blocker, since, two, three = self.supersede_a_raise_in_etcd(ttl, request)
         wait_for(lambda: a.fence("orders").get("pending") == 3, 5, 0.02, "A to hold the raise to 3")
         self.assertTrue(two["thread"].is_alive(), "the request with 2 was answered while its raise was "
                         "pending in etcd and could still commit")
@@ -449,16 +447,7 @@ class SharedFaultsTest(ProxyTestCase):
         1 s): the request with 2 is answered 409 (3 is pending here), and 2 never becomes the
         max; 3 commits once B reads again."""
         ttl, request = 2, 3
-        blocker = ReadBlocker(self.etcd.client_port)
-        self.addCleanup(blocker.close)
-        a, b = self.start_proxies(("A", "B"), ttl, request, endpoints={"B": blocker.url})
-        self.assert2xx(self.put(a, "t1", 1), "the raise to 1 through A")
-        self.wait_max(b, 1)
-        since = self.etcd_revision()
-        blocker.block()
-        two = self.in_thread(self.put, a, "t2", 2, timeout=raise_wait(ttl, request) + 10)
-        self.wait_pending_in_etcd(2)
-        three = self.in_thread(self.put, a, "t3", 3, timeout=2 * raise_wait(ttl, request) + 10)
+        a, b, blocker, since, two, three = self.supersede_a_raise_in_etcd(ttl, request)
         two_response = self.joined(two, raise_wait(ttl, request) + 10, "A's raise to 2")
         self.assertStale(two_response, 3, "the request with 2, once its raise was given up")
         blocker.unblock()

@@ -37,7 +37,6 @@ number they send is the one the proxy will check (needs no proxy), and through a
 import json
 import logging
 import os
-import random
 import re
 import subprocess
 import sys
