@@ -1,7 +1,7 @@
 // fencing-proxy: the command line, start-up, signals and shutdown.
 
 #include "admin/admin_server.h"
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "cli/state_command.h"
 #include "common/access_log.h"
 #include "common/log.h"

@@ -1,6 +1,6 @@
 #include "admin/admin_server.h"
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/log.h"
 #include "fence/fence_registry.h"
 #include "http/rules.h"

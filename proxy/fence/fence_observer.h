@@ -1,6 +1,6 @@
 #pragma once
 // What fences report as they change, for the proxy's metrics. The fence module knows no metrics
-// library: the caller injects these (admin/metrics.h implements them with Prometheus objects,
+// library: the caller injects these (metrics/metrics.h implements them with Prometheus objects,
 // tests with plain counters).
 
 #include <cstdint>

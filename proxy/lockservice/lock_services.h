@@ -35,7 +35,7 @@ struct Verification {
 // Pure: what an answer of the lock service means for `token`.
 Verification Judge(const HolderAnswer& answer, uint64_t token);
 
-// What a lock service's answers are reported to (admin/metrics.h implements it).
+// What a lock service's answers are reported to (metrics/metrics.h implements it).
 class LockServiceObserver {
  public:
   virtual void Answered(Verdict verdict, double seconds) const = 0;

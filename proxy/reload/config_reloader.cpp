@@ -1,6 +1,6 @@
 #include "reload/config_reloader.h"
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/log.h"
 #include "config/keys.h"
 

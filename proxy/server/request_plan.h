@@ -3,7 +3,7 @@
 // reads a body byte, except the fence's own answer (which can wait on a raise). The session
 // executes a plan; tests and fuzzers call these directly.
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "fence/fence.h"
 #include "http/problem.h"
 #include "server/runtime.h"

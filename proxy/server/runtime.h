@@ -2,7 +2,7 @@
 // The immutable per-config view the request path reads: the route table plus, for each route,
 // its fence and metrics, resolved once. A reload builds a new Runtime and swaps a pointer.
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "http/ascii.h"
 #include "config/config.h"
 #include "fence/fence.h"

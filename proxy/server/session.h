@@ -5,7 +5,7 @@
 // (server/exchange.h). Between requests it idles without a coroutine or a buffer. A connection
 // lives on one worker thread from accept to close.
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/intrusive_list.h"
 #include "common/io.h"
 #include "common/page_allocator.h"

@@ -1,6 +1,6 @@
 #include "server/worker.h"
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "server/session.h"

@@ -17,6 +17,7 @@
 #include "fence/fence_keys.h"
 #include "fence/raise_store.h"
 #include "state/state_store.h"
+#include "store/fence_store_observer.h"
 
 #include <chrono>
 #include <cstdint>
@@ -28,18 +29,6 @@
 namespace fencing {
 
 class FenceRegistry;
-
-// Metrics: fence_store_members, fence_store_seconds{op}. Called on the store's thread.
-class FenceStoreObserver {
- public:
-  virtual void Members(int64_t members) const = 0;
-  // op: raise (pending written to committed, as the raiser sees it), ack (acknowledged to
-  // committed or withdrawn), txn (one etcd transaction), keepalive, load (a full read).
-  virtual void Observe(std::string_view op, double seconds) const = 0;
-
- protected:
-  ~FenceStoreObserver() = default;
-};
 
 class EtcdFenceStore final : public RaiseStore {
  public:

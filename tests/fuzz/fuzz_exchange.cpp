@@ -18,7 +18,7 @@
 //    many as the requests the backend got: one forwarded request is one request to the backend
 //    (no smuggled second request, no resend, no answer dropped).
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "fence/fence_registry.h"

@@ -17,7 +17,7 @@
 //    dropped, case folded on case-insensitive routes, origin- or absolute-form) and that are both
 //    let through go to the same route with the same key.
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "config/config.h"
 #include "fence/fence.h"
 #include "fuzz_check.h"

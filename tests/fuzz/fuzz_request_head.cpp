@@ -18,7 +18,7 @@
 //  - a forwarded path routes the same once ";params" are dropped from its segments, as servlet
 //    containers do ("/orders;x/1" is "/orders/1" to them).
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "fence/fence.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "config/config.h"
 #include "config/keys.h"
 #include "reload/config_reloader.h"

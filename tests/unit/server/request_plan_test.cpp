@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 #include "config/config.h"
 #include "fence/fence.h"
 #include "http/problem.h"

@@ -1,4 +1,4 @@
-#include "admin/metrics.h"
+#include "metrics/metrics.h"
 
 #include "common/version.h"
 

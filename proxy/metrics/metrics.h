@@ -6,7 +6,7 @@
 #include "fence/fence_observer.h"
 #include "http/outcome.h"
 #include "lockservice/lock_services.h"
-#include "store/etcd_fence_store.h"
+#include "store/fence_store_observer.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
