@@ -17,125 +17,27 @@ const prometheus::Histogram::BucketBoundaries kSyncBuckets = {
 }  // namespace
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
-  using prometheus::BuildCounter;
-  using prometheus::BuildGauge;
-  using prometheus::BuildHistogram;
-  requests_total_ = &BuildCounter()
-                         .Name("fencing_proxy_requests_total")
-                         .Help("Requests by route and outcome.")
-                         .Register(*registry_);
-  inflight_requests_ = &BuildGauge()
-                            .Name("fencing_proxy_inflight_requests")
-                            .Help("Requests forwarded to the backend and not yet answered.")
-                            .Register(*registry_);
-  upstream_request_seconds_ = &BuildHistogram()
-                                   .Name("fencing_proxy_upstream_request_seconds")
-                                   .Help("Time from forwarding a request to the end of the backend's response.")
-                                   .Register(*registry_);
-  fence_keys_ = &BuildGauge()
-                     .Name("fencing_proxy_fence_keys")
-                     .Help("Keys a keyed fence holds (0 for a fence without keys); keys are never labels.")
-                     .Register(*registry_);
-  fence_keys_forgotten_total_ = &BuildCounter()
-                                     .Name("fencing_proxy_fence_keys_forgotten_total")
-                                     .Help("Idle keys forgotten into their fence's floor (forget_idle_keys_after).")
-                                     .Register(*registry_);
-  max_token_ = &BuildGauge()
-                    .Name("fencing_proxy_max_token")
-                    .Help("Highest durable fencing token per fence (a float64: exact up to 2^53).")
-                    .Register(*registry_);
-  token_raises_total_ = &BuildCounter()
-                             .Name("fencing_proxy_token_raises_total")
-                             .Help("Durable raises of a fence's max_token.")
-                             .Register(*registry_);
-  raise_wait_seconds_ = &BuildHistogram()
-                             .Name("fencing_proxy_raise_wait_seconds")
-                             .Help("Time a raise waited for older in-flight writes of its fence to complete.")
-                             .Register(*registry_);
-  lock_service_requests_total_ = &BuildCounter()
-                                     .Name("fencing_proxy_lock_service_requests_total")
-                                     .Help("Raises a lock service was asked to confirm, by result: verified (the "
-                                           "holder's token), rejected (not the holder's, or no holder), "
-                                           "unavailable (no answer within its timeout).")
-                                     .Register(*registry_);
-  lock_service_seconds_ = &BuildHistogram()
-                               .Name("fencing_proxy_lock_service_seconds")
-                               .Help("Time a lock service took to say who holds a lock (a raise's verification).")
-                               .Register(*registry_);
-  fence_store_members_ = &BuildGauge()
-                              .Name("fencing_proxy_fence_store_members")
-                              .Help("Proxies registered in the shared fence store's prefix, this one included, as "
-                                    "its watch sees them (0 with the state file).")
-                              .Register(*registry_)
-                              .Add({});
-  auto& fence_store_seconds = BuildHistogram()
-                                  .Name("fencing_proxy_fence_store_seconds")
-                                  .Help("Shared fence store (etcd): raise (pending written to committed, as the "
-                                        "raiser sees it), ack (acknowledged to committed or withdrawn), txn (one "
-                                        "transaction), keepalive (one membership renewal), load (a full read).")
-                                  .Register(*registry_);
-  for (const char* op : {"raise", "ack", "txn", "keepalive", "load"}) {
-    fence_store_seconds_[op] = &fence_store_seconds.Add({{"op", op}}, kLatencyBuckets);
-  }
-  state_sync_seconds_ = &BuildHistogram()
-                             .Name("fencing_proxy_state_sync_seconds")
-                             .Help("Duration of one write and fdatasync of the state file.")
-                             .Register(*registry_)
-                             .Add({}, kSyncBuckets);
-  connections_ = &BuildGauge()
-                      .Name("fencing_proxy_connections")
-                      .Help("Open client connections.")
-                      .Register(*registry_)
-                      .Add({});
-  connections_refused_ = &BuildCounter()
-                              .Name("fencing_proxy_connections_refused_total")
-                              .Help("Client connections closed at once because max_connections was reached.")
-                              .Register(*registry_)
-                              .Add({});
-  connections_evicted_ = &BuildCounter()
-                              .Name("fencing_proxy_connections_evicted_total")
-                              .Help("Idle keep-alive connections closed at max_connections to admit a new one.")
-                              .Register(*registry_)
-                              .Add({});
-  access_log_dropped_lines_ = &BuildCounter()
-                                  .Name("fencing_proxy_access_log_dropped_lines_total")
-                                  .Help("Access log lines dropped because stderr fell more than 4 MiB behind.")
-                                  .Register(*registry_)
-                                  .Add({});
-  state_write_failures_ = &BuildCounter()
-                               .Name("fencing_proxy_state_write_failures_total")
-                               .Help("Failed writes or syncs of the state file (the first one is terminal).")
-                               .Register(*registry_)
-                               .Add({});
-  auto& compactions = BuildCounter()
-                          .Name("fencing_proxy_state_compactions_total")
-                          .Help("Rewrites of the state file as a snapshot (keeps it small), by result.")
-                          .Register(*registry_);
-  state_compactions_ = &compactions.Add({{"result", "success"}});
-  state_compactions_failed_ = &compactions.Add({{"result", "failure"}});
-  config_last_reload_successful_ = &BuildGauge()
-                                        .Name("fencing_proxy_config_last_reload_successful")
-                                        .Help("1 if the last route-file load was applied, 0 if it was refused.")
-                                        .Register(*registry_)
-                                        .Add({});
-  config_last_reload_success_timestamp_ =
-      &BuildGauge()
-           .Name("fencing_proxy_config_last_reload_success_timestamp_seconds")
-           .Help("Unix time of the last route-file load that was applied (start-up counts).")
-           .Register(*registry_)
-           .Add({});
-  auto& reloads = BuildCounter()
-                      .Name("fencing_proxy_config_reloads_total")
-                      .Help("Route-file reloads by result.")
-                      .Register(*registry_);
-  config_reloads_success_ = &reloads.Add({{"result", "success"}});
-  config_reloads_failure_ = &reloads.Add({{"result", "failure"}});
-  BuildGauge()
-      .Name("fencing_proxy_build_info")
-      .Help("Version and revision of the running binary.")
-      .Register(*registry_)
-      .Add({{"version", std::string(Version())}, {"revision", std::string(Revision())}})
-      .Set(1);
+#define FP_METRIC_BUILD(type, member, name, help) \
+  member##_ = &prometheus::Build##type().Name(name).Help(help).Register(*registry_);
+  FP_METRIC_FAMILIES(FP_METRIC_BUILD)
+#undef FP_METRIC_BUILD
+  fence_store_members_series_ = &fence_store_members_->Add({});
+#define FP_FENCE_STORE_OP(op) fence_store_seconds_series_[#op] = &fence_store_seconds_->Add({{"op", #op}}, kLatencyBuckets);
+  FP_FENCE_STORE_OPS(FP_FENCE_STORE_OP)
+#undef FP_FENCE_STORE_OP
+  state_sync_seconds_series_ = &state_sync_seconds_->Add({}, kSyncBuckets);
+  connections_series_ = &connections_->Add({});
+  connections_refused_series_ = &connections_refused_total_->Add({});
+  connections_evicted_series_ = &connections_evicted_total_->Add({});
+  access_log_dropped_lines_series_ = &access_log_dropped_lines_total_->Add({});
+  state_write_failures_series_ = &state_write_failures_total_->Add({});
+  state_compactions_series_ = &state_compactions_total_->Add({{"result", "success"}});
+  state_compactions_failed_series_ = &state_compactions_total_->Add({{"result", "failure"}});
+  config_last_reload_successful_series_ = &config_last_reload_successful_->Add({});
+  config_last_reload_success_timestamp_series_ = &config_last_reload_success_timestamp_seconds_->Add({});
+  config_reloads_success_series_ = &config_reloads_total_->Add({{"result", "success"}});
+  config_reloads_failure_series_ = &config_reloads_total_->Add({{"result", "failure"}});
+  build_info_->Add({{"version", std::string(Version())}, {"revision", std::string(Revision())}}).Set(1);
 }
 
 const RouteMetrics& Metrics::ForRoute(std::string_view route) {
@@ -177,7 +79,9 @@ const LockServiceMetrics& Metrics::ForLockService(std::string_view service) {
 }
 
 void Metrics::Observe(std::string_view op, double seconds) const {
-  if (auto it = fence_store_seconds_.find(op); it != fence_store_seconds_.end()) it->second->Observe(seconds);
+  if (auto it = fence_store_seconds_series_.find(op); it != fence_store_seconds_series_.end()) {
+    it->second->Observe(seconds);
+  }
 }
 
 std::string Metrics::Serialize() const {

@@ -6,6 +6,7 @@
 #include "fence/fence_observer.h"
 #include "http/outcome.h"
 #include "lockservice/lock_services.h"
+#include "metrics/catalogue.h"
 #include "store/fence_store_observer.h"
 
 #include <prometheus/counter.h>
@@ -77,52 +78,50 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
   // Stable pointers, created on first use (thread-safe; not for the per-request path).
   const RouteMetrics& ForRoute(std::string_view route);
   const FenceMetrics& ForFence(std::string_view fence) override;
-  void StateWriteFailed() override { state_write_failures_->Increment(); }
+  void StateWriteFailed() override { state_write_failures_series_->Increment(); }
   const LockServiceMetrics& ForLockService(std::string_view service);
   // The shared fence store (fence_store_members, fence_store_seconds{op}).
-  void Members(int64_t members) const override { fence_store_members_->Set(static_cast<double>(members)); }
+  void Members(int64_t members) const override { fence_store_members_series_->Set(static_cast<double>(members)); }
   void Observe(std::string_view op, double seconds) const override;
 
-  prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_; }
-  prometheus::Gauge& connections() { return *connections_; }
-  prometheus::Counter& connections_refused() { return *connections_refused_; }
-  prometheus::Counter& connections_evicted() { return *connections_evicted_; }
-  prometheus::Counter& access_log_dropped_lines() { return *access_log_dropped_lines_; }
-  prometheus::Counter& state_compactions(bool ok) { return ok ? *state_compactions_ : *state_compactions_failed_; }
-  prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_; }
-  prometheus::Gauge& config_last_reload_success_timestamp_seconds() { return *config_last_reload_success_timestamp_; }
-  prometheus::Counter& config_reloads() { return *config_reloads_success_; }
-  prometheus::Counter& config_reloads_failed() { return *config_reloads_failure_; }
+  prometheus::Histogram& state_sync_seconds() { return *state_sync_seconds_series_; }
+  prometheus::Gauge& connections() { return *connections_series_; }
+  prometheus::Counter& connections_refused() { return *connections_refused_series_; }
+  prometheus::Counter& connections_evicted() { return *connections_evicted_series_; }
+  prometheus::Counter& access_log_dropped_lines() { return *access_log_dropped_lines_series_; }
+  prometheus::Counter& state_compactions(bool ok) {
+    return ok ? *state_compactions_series_ : *state_compactions_failed_series_;
+  }
+  prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_series_; }
+  prometheus::Gauge& config_last_reload_success_timestamp_seconds() {
+    return *config_last_reload_success_timestamp_series_;
+  }
+  prometheus::Counter& config_reloads() { return *config_reloads_success_series_; }
+  prometheus::Counter& config_reloads_failed() { return *config_reloads_failure_series_; }
 
   // The Prometheus text exposition of everything above.
   std::string Serialize() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  prometheus::Family<prometheus::Counter>* requests_total_;
-  prometheus::Family<prometheus::Gauge>* inflight_requests_;
-  prometheus::Family<prometheus::Histogram>* upstream_request_seconds_;
-  prometheus::Family<prometheus::Gauge>* max_token_;
-  prometheus::Family<prometheus::Counter>* token_raises_total_;
-  prometheus::Family<prometheus::Gauge>* fence_keys_;
-  prometheus::Family<prometheus::Counter>* fence_keys_forgotten_total_;
-  prometheus::Family<prometheus::Histogram>* raise_wait_seconds_;
-  prometheus::Family<prometheus::Counter>* lock_service_requests_total_;
-  prometheus::Family<prometheus::Histogram>* lock_service_seconds_;
-  prometheus::Gauge* fence_store_members_;
-  std::map<std::string, prometheus::Histogram*, std::less<>> fence_store_seconds_;  // by op, made up front
-  prometheus::Histogram* state_sync_seconds_;
-  prometheus::Gauge* connections_;
-  prometheus::Counter* connections_refused_;
-  prometheus::Counter* connections_evicted_;
-  prometheus::Counter* access_log_dropped_lines_;
-  prometheus::Counter* state_write_failures_;
-  prometheus::Counter* state_compactions_;
-  prometheus::Counter* state_compactions_failed_;
-  prometheus::Gauge* config_last_reload_successful_;
-  prometheus::Gauge* config_last_reload_success_timestamp_;
-  prometheus::Counter* config_reloads_success_;
-  prometheus::Counter* config_reloads_failure_;
+#define FP_METRIC_MEMBER(type, member, name, help) prometheus::Family<prometheus::type>* member##_;
+  FP_METRIC_FAMILIES(FP_METRIC_MEMBER)
+#undef FP_METRIC_MEMBER
+  // The series of the families without labels, or with a fixed set of them.
+  prometheus::Gauge* fence_store_members_series_;
+  std::map<std::string, prometheus::Histogram*, std::less<>> fence_store_seconds_series_;  // by op
+  prometheus::Histogram* state_sync_seconds_series_;
+  prometheus::Gauge* connections_series_;
+  prometheus::Counter* connections_refused_series_;
+  prometheus::Counter* connections_evicted_series_;
+  prometheus::Counter* access_log_dropped_lines_series_;
+  prometheus::Counter* state_write_failures_series_;
+  prometheus::Counter* state_compactions_series_;
+  prometheus::Counter* state_compactions_failed_series_;
+  prometheus::Gauge* config_last_reload_successful_series_;
+  prometheus::Gauge* config_last_reload_success_timestamp_series_;
+  prometheus::Counter* config_reloads_success_series_;
+  prometheus::Counter* config_reloads_failure_series_;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;
