@@ -51,13 +51,22 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
       superseded_.push_back(waiter);
       return {Admission::kWaiting, effective_max};
     }
+    if (token < effective_max) {  // (shared) only a raise of ours not yet in etcd refuses it
+      doubtful_.push_back({waiter, token});
+      return {Admission::kWaiting, effective_max};
+    }
     if (token > pending_) {
       // A newer holder (or the holder of a withdrawn raise, at the floor, trying again): whoever
       // waited for an older raise has lost the lock too. Unless that raise is in the shared
       // store's hands already (ours, or another member's we acknowledged): it may commit all the
       // same, so its waiters learn its fate first (a token answered 409 never becomes the max).
+      // With the shared store, until the new raise is in etcd the older one may still commit
+      // elsewhere: its waiters are doubtful until then.
       if (gate_ && persisting_ != 0 && persisting_ == pending_) {
         superseded_.insert(superseded_.end(), waiters_.begin(), waiters_.end());
+        waiters_.clear();
+      } else if (gate_ && pending_ != 0 && DoubtfulLocked(pending_)) {
+        for (RaiseWaiter* w : waiters_) doubtful_.push_back({w, pending_});
         waiters_.clear();
       }
       RejectWaiters(Admission::kStale, token, wakeups);
@@ -83,7 +92,9 @@ AdmitResult Fence::RefusalLocked(uint64_t token, uint64_t max_jump) const {
   uint64_t effective_max = EffectiveMaxLocked();
   if (state_failed_.load(std::memory_order_acquire)) return {Admission::kFailed, effective_max};
   if (gate_ && !gate_->Open()) return {Admission::kUnavailable, effective_max};
-  if (token < effective_max && !SupersededLocked(token)) return {Admission::kStale, effective_max};
+  if (token < effective_max && !SupersededLocked(token) && !DoubtfulLocked(token)) {
+    return {Admission::kStale, effective_max};
+  }
   if (token > effective_max && max_jump != 0 && effective_max != 0 && token - effective_max > max_jump) {
     return {Admission::kTooFar, effective_max};
   }
@@ -101,6 +112,7 @@ void Fence::Release() {
 }
 
 uint64_t Fence::TakeRaiseToPersist() {
+  ReconsiderDoubtfulLocked();  // (no raise pending: the highest doubtful token is the raise)
   // A raise is written only when nothing older is still in flight: that is the drain barrier.
   if (pending_ == 0 || persisting_ != 0 || inflight_ != 0) return 0;
   persisting_ = pending_;
@@ -126,14 +138,16 @@ void Fence::OnPersisted(uint64_t token, PersistResult result) {
     ResolveSuperseded(token, result, wakeups);
     if (result == PersistResult::kFailed) {
       RejectWaiters(Admission::kFailed, std::max(max_token_, pending_), wakeups);
+      for (const auto& [w, t] : doubtful_) wakeups.push_back({w, Admission::kFailed, std::max(max_token_, pending_)});
+      doubtful_.clear();
       pending_ = 0;
     } else if (result == PersistResult::kNotDurable) {
       // Only this raise is lost. A higher one that arrived meanwhile (another member's, or a
-      // newer holder here) stays pending and is asked for next.
+      // newer holder here) stays pending and is asked for next. (If it was in etcd, the store
+      // has made it the floor already: RemoteWithdrawn. If not, it refused nothing: the tokens
+      // below it waited as doubtful, and are considered again now.)
       if (pending_ == token) {
-        // Tokens below it were refused while it was pending, and stay refused (the floor).
         RejectWaiters(Admission::kUnavailable, pending_, wakeups);
-        floor_ = std::max(floor_, token);
         pending_ = 0;
       }
       to_persist = TakeRaiseToPersist();
@@ -157,12 +171,20 @@ void Fence::ResolveSuperseded(uint64_t token, PersistResult result, std::vector<
   }
   if (admission == Admission::kAdmitted) inflight_ += superseded_.size();
   const uint64_t max = admission == Admission::kStale ? EffectiveMaxLocked() : std::max(max_token_, token);
-  for (RaiseWaiter* w : superseded_) wakeups.push_back({w, admission, max});
+  for (RaiseWaiter* w : superseded_) {
+    // (Given up, but only a raise of ours not yet in etcd is above it: doubtful, not stale.)
+    if (admission == Admission::kStale && DoubtfulLocked(token)) {
+      doubtful_.push_back({w, token});
+    } else {
+      wakeups.push_back({w, admission, max});
+    }
+  }
   superseded_.clear();
 }
 
 void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
   max_token_ = std::max(max_token_, persisted);
+  SettleDoubtfulLocked(wakeups);
   if (observer_) {
     observer_->MaxToken(max_token_);
     observer_->Raised();
@@ -193,38 +215,57 @@ void Fence::RemotePending(uint64_t token) {
   uint64_t to_persist = 0;
   {
     std::lock_guard lock(mu_);
+    confirmed_ = std::max(confirmed_, token);  // in etcd: nothing below it commits any more
+    SettleDoubtfulLocked(wakeups);
     // (At the floor too: a withdrawn raise tried again must be acknowledged here.)
-    if (token <= max_token_ || token <= pending_) return;
-    // As a higher token arriving here: whoever waited for a lower raise has lost the lock.
-    RejectWaiters(Admission::kStale, token, wakeups);
-    if (pending_ == 0) pending_since_ = clock_();
-    pending_ = token;
-    pending_remote_ = true;
+    if (token > max_token_ && token > pending_) {
+      // As a higher token arriving here: whoever waited for a lower raise has lost the lock.
+      RejectWaiters(Admission::kStale, token, wakeups);
+      if (pending_ == 0) pending_since_ = clock_();
+      pending_ = token;
+      pending_remote_ = true;
+      to_persist = TakeRaiseToPersist();
+    }
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+void Fence::PendingWritten(uint64_t token) {
+  std::vector<Wakeup> wakeups;
+  {
+    std::lock_guard lock(mu_);
+    confirmed_ = std::max(confirmed_, token);
+    SettleDoubtfulLocked(wakeups);
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+}
+
+void Fence::RemoteCommitted(uint64_t token) {
+  std::vector<Wakeup> wakeups;
+  uint64_t to_persist = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (token > max_token_) {
+      // A persist of ours under way (an acknowledgement, or a raise that lost) ends through
+      // OnPersisted; the max is the store's word already.
+      if (pending_ != 0 && pending_ <= token) {
+        Finish(token, wakeups);
+      } else {
+        max_token_ = token;
+        if (observer_) observer_->MaxToken(max_token_);
+        SettleDoubtfulLocked(wakeups);
+      }
+    }
     to_persist = TakeRaiseToPersist();
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
   if (to_persist) persister_.Persist(*this, to_persist);
 }
 
-void Fence::RemoteCommitted(uint64_t token) {
-  std::vector<Wakeup> wakeups;
-  {
-    std::lock_guard lock(mu_);
-    if (token <= max_token_) return;
-    // A persist of ours under way (an acknowledgement, or a raise that lost) ends through
-    // OnPersisted; the max is the store's word already.
-    if (pending_ != 0 && pending_ <= token) {
-      Finish(token, wakeups);
-    } else {
-      max_token_ = token;
-      if (observer_) observer_->MaxToken(max_token_);
-    }
-  }
-  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
-}
-
 void Fence::RemoteWithdrawn(uint64_t token) {
   std::vector<Wakeup> wakeups;
+  uint64_t to_persist = 0;
   {
     std::lock_guard lock(mu_);
     floor_ = std::max(floor_, token);
@@ -236,34 +277,74 @@ void Fence::RemoteWithdrawn(uint64_t token) {
     } else if (pending_ == token && persisting_ == 0 && waiters_.empty()) {
       pending_ = 0;
     }
+    SettleDoubtfulLocked(wakeups);
+    to_persist = TakeRaiseToPersist();
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+}
+
+void Fence::SettleDoubtfulLocked(std::vector<Wakeup>& wakeups) {
+  if (doubtful_.empty()) return;
+  const uint64_t confirmed = ConfirmedLocked();
+  std::erase_if(doubtful_, [&](const std::pair<RaiseWaiter*, uint64_t>& d) {
+    if (d.second > max_token_ && d.second >= confirmed) return false;
+    wakeups.push_back({d.first, Admission::kStale, EffectiveMaxLocked()});
+    return true;
+  });
+}
+
+void Fence::ReconsiderDoubtfulLocked() {
+  if (doubtful_.empty() || pending_ != 0) return;
+  // Nothing refuses the highest of them now: it is the raise, and the others stay doubtful
+  // below it until it is in etcd.
+  uint64_t highest = 0;
+  for (const auto& [w, token] : doubtful_) highest = std::max(highest, token);
+  pending_ = highest;
+  pending_remote_ = false;
+  pending_since_ = clock_();
+  std::erase_if(doubtful_, [&](const std::pair<RaiseWaiter*, uint64_t>& d) {
+    if (d.second != highest) return false;
+    waiters_.push_back(d.first);
+    return true;
+  });
 }
 
 bool Fence::Abandon(RaiseWaiter& waiter) {
-  std::lock_guard lock(mu_);
-  auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
-  if (it == waiters_.end()) return false;  // (or superseded: the store answers, in its bound)
-  if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
-  waiters_.erase(it);
-  if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
-    // Nobody here waits for this raise any more: it is given up before it reaches the store, so
-    // that a raise answered 503 never becomes the max later. Its token is the floor.
-    floor_ = std::max(floor_, pending_);
-    pending_ = 0;
+  uint64_t to_persist = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto d = std::find_if(doubtful_.begin(), doubtful_.end(), [&](const auto& e) { return e.first == &waiter; });
+        d != doubtful_.end()) {
+      doubtful_.erase(d);
+      return true;
+    }
+    auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
+    if (it == waiters_.end()) return false;  // (or superseded: the store answers, in its bound)
+    if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
+    waiters_.erase(it);
+    if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
+      // Nobody here waits for this raise any more: it is given up before it reaches the store,
+      // so that a raise answered 503 never becomes the max later. It refused nothing (the tokens
+      // below it are doubtful, not stale): they are considered again.
+      pending_ = 0;
+      to_persist = TakeRaiseToPersist();
+    }
   }
+  if (to_persist) persister_.Persist(*this, to_persist);
   return true;
 }
 
 FenceSnapshot Fence::Snapshot() const {
   std::lock_guard lock(mu_);
-  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size() + superseded_.size(),
+  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size() + superseded_.size() + doubtful_.size(),
                        floor_ > max_token_ ? floor_ : 0};
 }
 
 bool Fence::Idle() const {
   std::lock_guard lock(mu_);
   return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty() && superseded_.empty() &&
+         doubtful_.empty() &&
          floor_ <= max_token_;
 }
 

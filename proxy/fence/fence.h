@@ -7,8 +7,12 @@
 //                                               admitted write has completed, is made durable,
 //                                               then its waiters are admitted together
 //   token <  floor                            -> stale (shared store only: the floor is the
-//                                               highest raise that was given up; the tokens it
+//                                               highest raise given up in etcd; the tokens it
 //                                               refused while pending stay refused)
+//   max < token < a raise of ours not yet in   -> (shared store only) doubtful: waits until that
+//         etcd, and not below anything etcd       raise is written (then stale) or given up (then
+//         holds                                   considered again): a token answered 409 never
+//                                               becomes the max, through any proxy
 //   token >  a raise the shared store has     -> becomes the pending raise; the older raise's
 //            under way (ours or acknowledged)     waiters, and new requests carrying it, wait for
 //                                               the store's answer: admitted if it commits
@@ -27,6 +31,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fencing {
@@ -153,15 +158,19 @@ class Fence {
   //                       stale, T itself raises again); requests here carrying T raise it
   //                       themselves once drained, a lower raise here is stale
   //
-  // A raise of ours that ends kNotDurable leaves its token as the floor the same way: the tokens
-  // refused while it was pending (409) never become the max later.
+  // A raise of ours that ends kNotDurable and was in etcd is withdrawn there: the store tells
+  // the fence (RemoteWithdrawn), its token is the floor. One that never reached etcd refused
+  // nothing (below).
   void RemotePending(uint64_t token);
   void RemoteCommitted(uint64_t token);
   void RemoteWithdrawn(uint64_t token);
+  //   PendingWritten(T)   our raise to T is in etcd now (its pending written): tokens below it
+  //                       can no longer commit anywhere, and are stale here from now
+  void PendingWritten(uint64_t token);
   // A waiter that gives up (its deadline passed). True if it was still waiting and is now
   // removed; false if its Resolve is already under way, or (shared store) its raise is in the
   // store's hands, which answers within its own bound. With the shared store, the last waiter of
-  // a raise of ours that gives up takes the raise with it (its token becomes the floor): a raise
+  // a raise of ours that gives up takes the raise with it before it reaches the store: a raise
   // answered 503 never becomes the max later.
   bool Abandon(RaiseWaiter& waiter);
 
@@ -182,6 +191,14 @@ class Fence {
   // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
   AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
   uint64_t EffectiveMaxLocked() const { return std::max({max_token_, pending_, floor_}); }
+  // (Shared store) what etcd is known to hold: the max, a withdrawn raise (the floor), another's
+  // pending raise or ours once written. Nothing below it can commit any more.
+  uint64_t ConfirmedLocked() const { return std::max({max_token_, floor_, confirmed_}); }
+  // (Shared store) token is refused only by a raise of ours not yet in etcd: whether it is stale
+  // is known once that raise is written (stale) or given up (not): it waits until then.
+  bool DoubtfulLocked(uint64_t token) const { return gate_ && token > max_token_ && token >= ConfirmedLocked(); }
+  void SettleDoubtfulLocked(std::vector<Wakeup>& wakeups);  // those now below what etcd holds: stale
+  void ReconsiderDoubtfulLocked();  // no raise pending: the highest doubtful token is the raise
   // (Shared store) token is a raise the store has under way, superseded here by a higher one:
   // its requests wait for the store's answer (superseded_) instead of being stale at once.
   bool SupersededLocked(uint64_t token) const {
@@ -213,6 +230,10 @@ class Fence {
   // (Shared store) requests carrying persisting_, superseded here by a higher token while the
   // store had it: admitted if it commits, else stale.
   std::vector<RaiseWaiter*> superseded_;
+  // (Shared store) requests whose token only a raise of ours not yet in etcd refuses, and their
+  // tokens (DoubtfulLocked).
+  std::vector<std::pair<RaiseWaiter*, uint64_t>> doubtful_;
+  uint64_t confirmed_ = 0;  // the highest pending raise etcd is known to hold (ConfirmedLocked)
 };
 
 }  // namespace fencing

@@ -85,6 +85,15 @@ void RaiseProtocol::ApplyFloor(const std::string& name, Target& t, uint64_t toke
   if (FenceRef fence = registry_->ForShared(FenceOf(name), KeyOf(name), token)) fence->RemoteWithdrawn(token);
 }
 
+void RaiseProtocol::ApplyWritten(const std::string& name, Target& t, uint64_t token) {
+  if (!registry_) return;
+  if (t.fence) {
+    t.fence->PendingWritten(token);
+    return;
+  }
+  if (FenceRef fence = registry_->ForShared(FenceOf(name), KeyOf(name), token)) fence->PendingWritten(token);
+}
+
 // ---------------------------------------------------------------------------- what others do
 void RaiseProtocol::OnMax(const Layout::Key& key, uint64_t token) {
   if (!registry_) {
@@ -230,8 +239,10 @@ void RaiseProtocol::OnLost() {
     // Acknowledgements stay (their pendings still stand; written again under the new lease),
     // and so does a commit under way (it may have happened: its answer says).
     if (!t.op || t.op->kind != Op::Kind::kRaise || t.op->committing) continue;
-    if (t.op->revision != 0) Withdraw(name, t, t.op->revision, t.op->token);
-    ApplyFloor(name, t, t.op->token);
+    if (t.op->revision != 0) {  // (one never written refused nothing: no floor)
+      Withdraw(name, t, t.op->revision, t.op->token);
+      ApplyFloor(name, t, t.op->token);
+    }
     Complete(t, PersistResult::kNotDurable);
     Prune(name);
   }

@@ -30,6 +30,9 @@
 //   a pending of ours, no raise  (an answer lost, or our earlier  withdrawn (compare)
 //   of ours owns it              id's)
 //   withdrawn at T               our fence                        floor T: tokens below T stay stale
+//   our pending written at T     our fence                        tokens below T are stale (before,
+//                                                                 they waited: they might still have
+//                                                                 committed elsewhere)
 //   committed at T               our fence                        max T
 //
 // Events reach a target in revision order (the view's load, then its watch); an event no newer
@@ -128,6 +131,7 @@ class RaiseProtocol {
   bool Others(const Pending& p) const;  // a raise of another member (not withdrawn, not ours)
   void ApplyPending(const std::string& name, Target& t);
   void ApplyFloor(const std::string& name, Target& t, uint64_t token);
+  void ApplyWritten(const std::string& name, Target& t, uint64_t token);  // our pending is in etcd
   void StartAck(const std::string& name, Target& t);
   void PutAck(const std::string& name, uint64_t op_id);
   void PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision, int64_t pending_revision);

@@ -136,8 +136,8 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
   if (!s.ok()) {
     // It may have been written all the same: a pending of ours that no raise owns is withdrawn
     // when the view shows it.
+    // No floor: it may not have been written, and then it refused nothing.
     reporter_.Error("cannot write the pending raise of " + name + ": " + s.error);
-    ApplyFloor(name, t, op->token);
     Complete(t, PersistResult::kNotDurable);
     // Shown by the view already (it waited for this answer): withdrawn now.
     if (t.pending && !t.pending->value.withdrawn && membership_.IsSelf(t.pending->value.member)) {
@@ -172,6 +172,15 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
       Prune(name);
       return;
     }
+    if (pending && !pending->withdrawn && membership_.IsSelf(pending->member) && pending->token > op->token) {
+      // A higher pending of ours that no raise owns (an answer lost): withdrawn, and it is in
+      // etcd, so ours below it is stale.
+      Withdraw(name, t, pending_revision, pending->token);
+      ApplyFloor(name, t, pending->token);
+      Complete(t, PersistResult::kNotDurable);
+      Prune(name);
+      return;
+    }
     if (pending && !pending->withdrawn && !membership_.IsSelf(pending->member) && pending->token >= op->token) {
       if (pending->token == op->token) {
         StartAck(name, t);
@@ -199,6 +208,7 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
     t.seen = r.revision;
     t.pending = Pending{{op->token, membership_.id(), false}, r.revision};
   }
+  ApplyWritten(name, t, op->token);
   for (const auto& [member, revision] : op->early_acks) {
     if (revision == op->revision) op->acked.insert(member);
   }
@@ -286,8 +296,10 @@ void RaiseProtocol::OnDeadline(const std::string& name, uint64_t op_id) {
   Target& t = targets_[name];
   reporter_.Error("a raise of " + name + " was given up: not every member acknowledged it within member_ttl + "
                   "timeouts.request");
-  if (op->revision != 0) Withdraw(name, t, op->revision, op->token);
-  ApplyFloor(name, t, op->token);
+  if (op->revision != 0) {  // (one never written refused nothing: no floor)
+    Withdraw(name, t, op->revision, op->token);
+    ApplyFloor(name, t, op->token);
+  }
   Complete(t, PersistResult::kNotDurable);
   Prune(name);
 }

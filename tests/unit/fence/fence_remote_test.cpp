@@ -156,7 +156,8 @@ TEST_F(FenceRemoteTest, AWithdrawnRaiseLeavesItsTokenAsTheFloor) {
 TEST_F(FenceRemoteTest, AWithdrawnRaiseTriedAgainElsewhereIsAcknowledgedHere) {
   fence_.RemotePending(9);
   EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
-  store_.Answer(PersistResult::kNotDurable);  // the acknowledgement ended: withdrawn
+  fence_.RemoteWithdrawn(9);                  // the store saw it given up
+  store_.Answer(PersistResult::kNotDurable);  // and so the acknowledgement ended
   EXPECT_EQ(fence_.Snapshot().floor, 9u);
   fence_.RemotePending(9);  // its holder, through another proxy
   EXPECT_EQ(fence_.Snapshot().pending, 9u);
@@ -189,6 +190,8 @@ TEST_F(FenceRemoteTest, WithdrawnWithRequestsHereCarryingItRaisesItHere) {
 TEST_F(FenceRemoteTest, ARaiseNotCommittedRefusesOnlyItsWaitersAndTheFenceGoesOn) {
   Waiter w;
   ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  fence_.PendingWritten(9);
+  fence_.RemoteWithdrawn(9);  // given up in etcd: the store tells the fence first
   store_.Answer(PersistResult::kNotDurable);
   EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
   EXPECT_EQ(fence_.Snapshot().pending, 0u);
@@ -217,6 +220,7 @@ TEST_F(FenceRemoteTest, ARaiseSupersededByAHigherOneAsksForTheHigherOneNext) {
 TEST_F(FenceRemoteTest, ARaiseOfOursSupersededHereGoesIfTheStoreCommitsIt) {
   Waiter w9, w12;
   ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  fence_.PendingWritten(9);
   ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
   EXPECT_TRUE(w9.resolves.empty()) << "answered before the store said whether 9 commits";
   EXPECT_FALSE(fence_.Abandon(w9)) << "the store answers it, within its own bound";
@@ -241,14 +245,20 @@ TEST_F(FenceRemoteTest, ARaiseOfOursSupersededHereGoesIfTheStoreCommitsIt) {
 TEST_F(FenceRemoteTest, ARaiseOfOursSupersededHereIsStaleIfTheStoreGivesItUp) {
   Waiter w9, w12;
   ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  fence_.PendingWritten(9);
   ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
   Waiter later9;
   ASSERT_EQ(fence_.Admit(9, later9).admission, Admission::kWaiting);
+  fence_.RemoteWithdrawn(9);
   store_.Answer(PersistResult::kNotDurable);
+  // 9 was given up in etcd, and its holder may raise it again elsewhere until 12 is there.
+  EXPECT_TRUE(w9.resolves.empty());
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kWaiting);
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12}));
+  fence_.PendingWritten(12);
   EXPECT_TRUE(w9.Is(Admission::kStale, 12));
   EXPECT_TRUE(later9.Is(Admission::kStale, 12));
   EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kStale);
-  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{9, 12}));
   store_.Answer(PersistResult::kDurable);
   EXPECT_TRUE(w12.Is(Admission::kAdmitted, 12));
   EXPECT_TRUE(fence_.Idle() || fence_.Snapshot().inflight == 1u);
@@ -274,6 +284,68 @@ TEST_F(FenceRemoteTest, ASupersededRaiseThatFailsTheStoreFailsItsWaiters) {
   store_.Answer(PersistResult::kFailed);
   EXPECT_TRUE(w9.Is(Admission::kFailed, 9));
   EXPECT_TRUE(w12.Is(Admission::kFailed, 12));
+}
+
+TEST_F(FenceRemoteTest, ARaiseThatNeverReachedEtcdLeavesNoFloor) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  store_.Answer(PersistResult::kNotDurable);  // its pending was never written
+  EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
+  EXPECT_EQ(fence_.Snapshot().floor, 0u);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted) << "9 refused nothing";
+}
+
+// Between the max and a raise of ours that is not in etcd yet, a token may still commit through
+// another proxy: it is not answered 409 until that raise is in etcd.
+TEST_F(FenceRemoteTest, ATokenBelowARaiseNotYetInEtcdWaitsAndIsStaleOnceItIsWritten) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter w12, w9, w7;
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);  // drains the 5 first
+  EXPECT_EQ(fence_.Check(9).admission, Admission::kAdmitted) << "its head is not refused";
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(7, w7).admission, Admission::kWaiting);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kStale) << "the max itself";
+  EXPECT_EQ(fence_.Snapshot().waiting, 3u);
+  fence_.RemotePending(8);  // another's raise, in etcd, below ours: 7 can no longer commit
+  EXPECT_TRUE(w7.Is(Admission::kStale, 12));
+  EXPECT_TRUE(w9.resolves.empty());
+  fence_.Release();
+  ASSERT_EQ(store_.asked, std::vector<uint64_t>{12});
+  fence_.PendingWritten(12);
+  EXPECT_TRUE(w9.Is(Admission::kStale, 12));
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w12.Is(Admission::kAdmitted, 12));
+}
+
+TEST_F(FenceRemoteTest, ATokenBelowARaiseThatNeverReachedEtcdIsRaisedNext) {
+  Waiter w12, w9, w7;
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  ASSERT_EQ(fence_.Admit(7, w7).admission, Admission::kWaiting);
+  store_.Answer(PersistResult::kNotDurable);  // 12 never reached etcd
+  EXPECT_TRUE(w12.Is(Admission::kUnavailable, 12));
+  EXPECT_EQ(store_.asked, (std::vector<uint64_t>{12, 9})) << "the highest doubtful token raises";
+  EXPECT_TRUE(w7.resolves.empty()) << "still below a raise not in etcd";
+  fence_.PendingWritten(9);
+  EXPECT_TRUE(w7.Is(Admission::kStale, 9));
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(w9.Is(Admission::kAdmitted, 9));
+}
+
+TEST_F(FenceRemoteTest, WhenTheRaiseAboveThemIsAbandonedDoubtfulTokensAreConsideredAgain) {
+  ASSERT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kAdmitted);
+  Waiter w12, w9;
+  ASSERT_EQ(fence_.Admit(12, w12).admission, Admission::kWaiting);  // waits for the 5 to drain
+  ASSERT_EQ(fence_.Admit(9, w9).admission, Admission::kWaiting);
+  EXPECT_TRUE(fence_.Abandon(w12));  // its client gave up before 12 reached the store
+  EXPECT_EQ(fence_.Snapshot().pending, 9u);
+  EXPECT_EQ(fence_.Snapshot().floor, 0u);
+  fence_.Release();
+  EXPECT_EQ(store_.asked, std::vector<uint64_t>{9});
+  Waiter w10;
+  ASSERT_EQ(fence_.Admit(10, w10).admission, Admission::kWaiting);
+  EXPECT_TRUE(fence_.Abandon(w10) || !w10.resolves.empty());
 }
 
 TEST_F(FenceRemoteTest, AClosedGateRefusesEveryFencedWriteAndAnOpenOneAdmitsAgain) {
