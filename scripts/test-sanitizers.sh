@@ -79,13 +79,6 @@ run_integration() {  # build-dir sanitizer module...
   report() {  # module: prints its log, says whether it failed
     echo "=== integration.$1"
     cat "$logs/$1.log"
-    # test_shared's raises still fail now and then on a loaded machine (issue 24, open): a
-    # failure there, and only there, is run once more, and said so loudly.
-    if [ "$(cat "$logs/$1.rc")" != 0 ] && [ "$1" = test_shared ]; then
-      echo "=== integration.$1 FAILED; running it once more (timing-sensitive, issue 24)"
-      run_module "$1"
-      cat "$logs/$1.log"
-    fi
     [ "$(cat "$logs/$1.rc")" = 0 ]
   }
   for module in "$@"; do
