@@ -77,21 +77,20 @@ void RaiseProtocol::ApplyPending(const std::string& name, Target& t) {
 }
 
 void RaiseProtocol::ApplyFloor(const std::string& name, Target& t, uint64_t token) {
-  if (!registry_) return;
-  if (t.fence) {
-    t.fence->RemoteWithdrawn(token);
-    return;
-  }
-  if (FenceRef fence = registry_->ForShared(FenceOf(name), KeyOf(name), token)) fence->RemoteWithdrawn(token);
+  Tell(name, t, token, &Fence::RemoteWithdrawn);
 }
 
 void RaiseProtocol::ApplyWritten(const std::string& name, Target& t, uint64_t token) {
+  Tell(name, t, token, &Fence::PendingWritten);
+}
+
+void RaiseProtocol::Tell(const std::string& name, Target& t, uint64_t token, void (Fence::*what)(uint64_t)) {
   if (!registry_) return;
   if (t.fence) {
-    t.fence->PendingWritten(token);
-    return;
+    (t.fence.get()->*what)(token);
+  } else if (FenceRef fence = registry_->ForShared(FenceOf(name), KeyOf(name), token)) {
+    (fence.get()->*what)(token);
   }
-  if (FenceRef fence = registry_->ForShared(FenceOf(name), KeyOf(name), token)) fence->PendingWritten(token);
 }
 
 // ---------------------------------------------------------------------------- what others do

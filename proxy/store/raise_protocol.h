@@ -132,6 +132,8 @@ class RaiseProtocol {
   void ApplyPending(const std::string& name, Target& t);
   void ApplyFloor(const std::string& name, Target& t, uint64_t token);
   void ApplyWritten(const std::string& name, Target& t, uint64_t token);  // our pending is in etcd
+  // The target's fence (pinned, or made if need be) hears what(token).
+  void Tell(const std::string& name, Target& t, uint64_t token, void (Fence::*what)(uint64_t));
   void StartAck(const std::string& name, Target& t);
   void PutAck(const std::string& name, uint64_t op_id);
   void PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision, int64_t pending_revision);
