@@ -190,7 +190,9 @@ class Fence {
   AdmitResult AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump);
   // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
   AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
-  uint64_t EffectiveMaxLocked() const { return std::max({max_token_, pending_, floor_}); }
+  // (confirmed_: nothing below a raise etcd holds can commit, even one this fence no longer has
+  // pending, e.g. another's raise that a raise of ours superseded here and then failed.)
+  uint64_t EffectiveMaxLocked() const { return std::max({max_token_, pending_, floor_, confirmed_}); }
   // (Shared store) what etcd is known to hold: the max, a withdrawn raise (the floor), another's
   // pending raise or ours once written. Nothing below it can commit any more.
   uint64_t ConfirmedLocked() const { return std::max({max_token_, floor_, confirmed_}); }
@@ -234,6 +236,10 @@ class Fence {
   // tokens (DoubtfulLocked).
   std::vector<std::pair<RaiseWaiter*, uint64_t>> doubtful_;
   uint64_t confirmed_ = 0;  // the highest pending raise etcd is known to hold (ConfirmedLocked)
+  // (Shared store) another member's raise that stands in etcd as far as we know (RemotePending),
+  // above the max: when a raise of ours that superseded it here fails, it is pending here again.
+  uint64_t remote_pending_ = 0;
+  void RestoreRemotePendingLocked();  // no raise pending: remote_pending_, if undecided, is again
 };
 
 }  // namespace fencing

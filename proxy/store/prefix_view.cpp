@@ -138,8 +138,8 @@ void PrefixView::OnMessage(int64_t revision, const std::vector<etcd::WatchEvent>
   for (const etcd::WatchEvent& e : events) {
     const bool put = e.type == etcd::WatchEvent::Type::kPut;
     const etcd::KeyValue& kv = e.kv;
-    // Everything up to this revision is known once its events are applied; a member taken off
-    // the roster here is then no longer waited for.
+    // Everything before this event's revision is known now (events come in revision order); a
+    // member taken off the roster before it is no longer waited for.
     membership_.NoteRevision(kv.mod_revision - 1);
     Layout::Key key = layout_.Classify(kv.key);
     switch (key.kind) {
@@ -179,8 +179,11 @@ void PrefixView::OnMessage(int64_t revision, const std::vector<etcd::WatchEvent>
         break;
     }
   }
+  // The view has reached the last event's revision. Not the message's own revision: a watch
+  // catching up from an older revision is told the store's current revision first (in its
+  // "created" message) and gets the older events after it.
+  if (!events.empty()) membership_.NoteRevision(events.back().kv.mod_revision);
   watch_revision_ = std::max(watch_revision_, revision);
-  membership_.NoteRevision(revision);
   if (probe_revision_ != 0 && watch_revision_ >= probe_revision_) probe_revision_ = 0;
   protocol_.OnMembersChanged();  // a raise waiting for a member the view had not reached
 }

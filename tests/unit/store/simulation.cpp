@@ -623,7 +623,16 @@ SimulationResult World::Run() {
   }
   if (options.faults) loops_.push_back(scheduler.At(scheduler.NowNanos() + kSecond, [this] { NemesisStep(); }));
   const int64_t end = scheduler.NowNanos() + options.run_ns;
-  while (result.ok && scheduler.NowNanos() < end && scheduler.Step()) ++result.events;
+  int64_t instant = -1;
+  uint64_t at_instant = 0;
+  while (result.ok && scheduler.NowNanos() < end && scheduler.Step()) {
+    ++result.events;
+    // A livelock (work that posts work at the same virtual instant forever) fails the seed
+    // instead of hanging the run.
+    at_instant = scheduler.NowNanos() == instant ? at_instant + 1 : 0;
+    instant = scheduler.NowNanos();
+    if (at_instant > 100'000) Fail("livelock: over 100,000 events at one instant");
+  }
   stopping_ = true;
   if (result.ok) {
     HealAll();
