@@ -38,23 +38,30 @@
 // Events reach a target in revision order (the view's load, then its watch); an event no newer
 // than what our own txn answers told us already is dropped. Everything runs on the store's
 // thread (Scheduler); the fences are told through the registry.
+//
+// The parts, each with one job:
+//   RaiseProtocol (here)            the view's and the membership's events on a target (others'
+//                                   raises, withdrawals, commits, an ownerless pending taken
+//                                   over, our lease lost)
+//   OurRaises (our_raises.h)        what our fence asks: a raise of ours (pending, waiting,
+//                                   commit, giving up) or the acknowledgement of another's
+//   RaiseTargets (raise_targets.h)  what we know of each target, what its fence is told, and
+//                                   withdrawing a pending
 
 #include "etcd/kv.h"
-#include "fence/fence_keys.h"
 #include "fence/raise_store.h"
 #include "state/state_store.h"
 #include "store/layout.h"
 #include "store/membership.h"
+#include "store/our_raises.h"
+#include "store/raise_targets.h"
 #include "store/reporter.h"
 #include "store/scheduler.h"
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <optional>
 #include <set>
 #include <string>
-#include <vector>
+#include <utility>
 
 namespace fencing {
 class FenceRegistry;
@@ -64,10 +71,7 @@ namespace fencing::store {
 
 class RaiseProtocol {
  public:
-  struct Options {
-    int64_t ttl_ns = 0;              // member_ttl
-    int64_t request_timeout_ns = 0;  // timeouts.request
-  };
+  using Options = OurRaises::Options;  // member_ttl, timeouts.request
   RaiseProtocol(const Layout& layout, etcd::Kv& kv, Scheduler& scheduler, Membership& membership,
                 Reporter& reporter, Options options);
 
@@ -78,7 +82,9 @@ class RaiseProtocol {
   void Attach(FenceRegistry& registry);
 
   // Our fence asks for T (a raise of ours, or the acknowledgement of another's). done once.
-  void Persist(const std::string& target, uint64_t token, RaiseStore::Done done);
+  void Persist(const std::string& target, uint64_t token, RaiseStore::Done done) {
+    ours_.Persist(target, token, std::move(done));
+  }
 
   // ---- what the view reads, per key in revision order
   void OnMax(const Layout::Key& key, uint64_t token);
@@ -97,66 +103,17 @@ class RaiseProtocol {
   void Stop();  // every persist under way ends (kNotDurable); nothing runs after it
 
  private:
-  struct Pending {
-    PendingValue value;
-    int64_t revision = 0;
-  };
-  struct Op {
-    enum class Kind { kRaise, kAck } kind = Kind::kRaise;
-    uint64_t token = 0;
-    RaiseStore::Done done;
-    uint64_t id = 0;
-    int64_t started = 0;
-    std::unique_ptr<Scheduler::Timer> deadline, recheck;
-    int attempts = 0;
-    // kRaise
-    int64_t revision = 0;  // of our pending, once written
-    std::vector<std::string> awaiting;
-    std::set<std::string> acked;
-    std::map<std::string, int64_t> early_acks;  // before our txn's answer: member -> revision
-    bool committing = false;
-    // kAck
-    int64_t pending_revision = 0;
-  };
-  struct Target {
-    std::optional<Pending> pending;  // as last known (a withdrawn one too)
-    int64_t seen = 0;                // the newest revision of the pending key we know
-    FenceRef fence;                  // pinned while another's raise stands or a persist runs
-    std::unique_ptr<Op> op;
-    int64_t withdrawing = 0;  // the pending revision we are turning into "withdrawn"
-    std::unique_ptr<Scheduler::Timer> retry;
-  };
-  using Targets = std::map<std::string, Target>;
+  using Target = RaiseTargets::Target;
+  using Op = RaiseTargets::Op;
+  using Pending = RaiseTargets::Pending;
 
-  bool Others(const Pending& p) const;  // a raise of another member (not withdrawn, not ours)
-  void ApplyPending(const std::string& name, Target& t);
-  void ApplyFloor(const std::string& name, Target& t, uint64_t token);
-  void ApplyWritten(const std::string& name, Target& t, uint64_t token);  // our pending is in etcd
-  // The target's fence (pinned, or made if need be) hears what(token).
-  void Tell(const std::string& name, Target& t, uint64_t token, void (Fence::*what)(uint64_t));
-  void StartAck(const std::string& name, Target& t);
-  void PutAck(const std::string& name, uint64_t op_id);
-  void PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision, int64_t pending_revision);
-  void OnPendingTxn(const std::string& name, uint64_t op_id, const etcd::Status& s, const etcd::TxnResponse& r);
-  void CheckRaise(const std::string& name, Target& t);
-  void Commit(const std::string& name, uint64_t op_id);
-  void OnDeadline(const std::string& name, uint64_t op_id);
-  void Withdraw(const std::string& name, Target& t, int64_t revision, uint64_t token);
   void MaybeTakeOver(const std::string& name, Target& t);
-  void Complete(Target& t, PersistResult result);
-  Op* FindOp(const std::string& name, uint64_t id);
-  void Prune(const std::string& name);
 
-  const Layout& layout_;
-  etcd::Kv& kv_;
   Scheduler& scheduler_;
   Membership& membership_;
   Reporter& reporter_;
-  const Options options_;
-  FenceRegistry* registry_ = nullptr;
-  bool stopping_ = false;
-  uint64_t next_op_ = 0;
-  Targets targets_;
+  RaiseTargets targets_;
+  OurRaises ours_;
 };
 
 }  // namespace fencing::store

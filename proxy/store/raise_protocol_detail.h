@@ -1,12 +1,9 @@
 #pragma once
-// What raise_protocol.cpp (the view's and the membership's events) and raise_protocol_ours.cpp
-// (our own raises and acknowledgements) share; not for other code.
-
-#include "etcd/kv.h"
-#include "store/layout.h"
+// What the raise protocol's parts share (raise_protocol.cpp: the view's and the membership's
+// events; our_raises.cpp: our own raises and acknowledgements; raise_targets.cpp: the targets and
+// their fences); not for other code.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 namespace fencing::store::raise_detail {
@@ -22,9 +19,5 @@ inline std::string KeyOf(const std::string& target) {
   const size_t slash = target.find('/');
   return slash == std::string::npos ? std::string() : target.substr(slash + 1);
 }
-
-// The max and the pending of a txn's two ranges (a failed compare's answer). False: unreadable.
-bool ReadCurrent(const etcd::TxnResponse& r, uint64_t* max, int64_t* max_revision, std::optional<PendingValue>* pending,
-                 int64_t* pending_revision);
 
 }  // namespace fencing::store::raise_detail

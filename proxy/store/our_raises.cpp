@@ -1,17 +1,20 @@
-// Our raises and acknowledgements (the table in raise_protocol.h, rows "our fence asks"): the
-// pending written under a compare, the members waited for, the commit, giving up; and the
-// acknowledgement of another's raise, kept until it is decided.
-#include "store/raise_protocol.h"
+// Our raises and acknowledgements (the table in raise_protocol.h, rows "our fence asks" and "our
+// raise pending"): the pending written under a compare, the members waited for, the commit,
+// giving up; and the acknowledgement of another's raise, kept until it is decided.
+#include "store/our_raises.h"
 
 #include "fence/fence_registry.h"
 #include "store/raise_protocol_detail.h"
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 
 namespace fencing::store {
 
-namespace raise_detail {
+using namespace raise_detail;
+
+namespace {
 
 // The max and the pending of a txn's two ranges (a failed compare's answer). False: unreadable.
 bool ReadCurrent(const etcd::TxnResponse& r, uint64_t* max, int64_t* max_revision, std::optional<PendingValue>* pending,
@@ -34,13 +37,21 @@ bool ReadCurrent(const etcd::TxnResponse& r, uint64_t* max, int64_t* max_revisio
   return true;
 }
 
-}  // namespace raise_detail
+}  // namespace
 
-using namespace raise_detail;
+OurRaises::OurRaises(const Layout& layout, etcd::Kv& kv, Scheduler& scheduler, Membership& membership,
+                     Reporter& reporter, RaiseTargets& targets, Options options)
+    : layout_(layout),
+      kv_(kv),
+      scheduler_(scheduler),
+      membership_(membership),
+      reporter_(reporter),
+      targets_(targets),
+      options_(options) {}
 
 // ------------------------------------------------------------------------------ our persists
-void RaiseProtocol::Persist(const std::string& name, uint64_t token, RaiseStore::Done done) {
-  if (stopping_ || !registry_) {
+void OurRaises::Persist(const std::string& name, uint64_t token, RaiseStore::Done done) {
+  if (targets_.stopping() || !targets_.attached()) {
     done(PersistResult::kNotDurable);
     return;
   }
@@ -55,21 +66,21 @@ void RaiseProtocol::Persist(const std::string& name, uint64_t token, RaiseStore:
   op.done = std::move(done);
   op.id = ++next_op_;
   op.started = scheduler_.NowNanos();
-  if (t.pending && Others(*t.pending) && t.pending->value.token >= token) {
+  if (t.pending && targets_.Others(*t.pending) && t.pending->value.token >= token) {
     if (t.pending->value.token == token) {
       StartAck(name, t);
       return;
     }
-    ApplyPending(name, t);
-    Complete(t, PersistResult::kNotDurable);
-    Prune(name);
+    targets_.ApplyPending(name, t);
+    targets_.Complete(t, PersistResult::kNotDurable);
+    targets_.Prune(name);
     return;
   }
   op.kind = Op::Kind::kRaise;
   if (!membership_.open() || membership_.renewal_failing()) {
     // Not a member now, or etcd did not answer the last renewal: a raise would only time out.
-    Complete(t, PersistResult::kNotDurable);
-    Prune(name);
+    targets_.Complete(t, PersistResult::kNotDurable);
+    targets_.Prune(name);
     return;
   }
   op.deadline = scheduler_.After(options_.ttl_ns + options_.request_timeout_ns + 1000 * kMillisecond,
@@ -78,7 +89,7 @@ void RaiseProtocol::Persist(const std::string& name, uint64_t token, RaiseStore:
 }
 
 // Never ended while the pending stands: the raiser may commit on it, so the fence stays blocked.
-void RaiseProtocol::StartAck(const std::string& name, Target& t) {
+void OurRaises::StartAck(const std::string& name, Target& t) {
   Op& op = *t.op;
   op.kind = Op::Kind::kAck;
   op.deadline.reset();
@@ -86,28 +97,27 @@ void RaiseProtocol::StartAck(const std::string& name, Target& t) {
   PutAck(name, op.id);
 }
 
-void RaiseProtocol::PutAck(const std::string& name, uint64_t op_id) {
-  Op* op = FindOp(name, op_id);
+void OurRaises::PutAck(const std::string& name, uint64_t op_id) {
+  Op* op = targets_.FindOp(name, op_id);
   if (!op || !membership_.registered()) return;  // written again once registered
   const int64_t lease = membership_.lease();
   kv_.Put(layout_.Ack(membership_.id(), name), AckText(op->token, op->pending_revision), lease,
           [this, name, op_id, lease](etcd::Status s, int64_t) {
-            if (stopping_) return;
+            if (targets_.stopping()) return;
             if (s.ok()) {
               reporter_.Add(Reporter::Count::kAcked);
               return;
             }
             reporter_.Error("cannot acknowledge a raise of " + name + ": " + s.error);
-            auto it = targets_.find(name);
-            if (it == targets_.end() || !FindOp(name, op_id) || lease != membership_.lease()) return;
-            it->second.retry = scheduler_.After(200 * kMillisecond, [this, name, op_id] { PutAck(name, op_id); });
+            Target* t = targets_.Find(name);
+            if (!t || !targets_.FindOp(name, op_id) || lease != membership_.lease()) return;
+            t->retry = scheduler_.After(200 * kMillisecond, [this, name, op_id] { PutAck(name, op_id); });
           });
 }
 
 // pending := "T me", if max and pending are as we believe; the roster read in the same txn.
-void RaiseProtocol::PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision,
-                               int64_t pending_revision) {
-  Op* op = FindOp(name, op_id);
+void OurRaises::PendingTxn(const std::string& name, uint64_t op_id, int64_t max_revision, int64_t pending_revision) {
+  Op* op = targets_.FindOp(name, op_id);
   etcd::TxnRequest txn;
   txn.compare = {{layout_.Max(name), max_revision}, {layout_.Pending(name), pending_revision}};
   // The roster, not only the members: one whose lease ended a moment ago may still have writes
@@ -117,20 +127,20 @@ void RaiseProtocol::PendingTxn(const std::string& name, uint64_t op_id, int64_t 
   txn.failure = {etcd::Op::Range(layout_.Max(name)), etcd::Op::Range(layout_.Pending(name))};
   const int64_t sent = scheduler_.NowNanos();
   kv_.Txn(std::move(txn), [this, name, op_id, sent, token = op->token](etcd::Status s, etcd::TxnResponse r) {
-    if (stopping_) return;
+    if (targets_.stopping()) return;
     if (s.ok()) reporter_.Observe("txn", Seconds(scheduler_.NowNanos() - sent));
-    if (!FindOp(name, op_id)) {
+    if (!targets_.FindOp(name, op_id)) {
       // The raise ended meanwhile (given up, superseded): a pending it wrote is withdrawn.
-      if (s.ok() && r.succeeded) Withdraw(name, targets_[name], r.revision, token);
+      if (s.ok() && r.succeeded) targets_.Withdraw(name, targets_[name], r.revision, token);
       return;
     }
     OnPendingTxn(name, op_id, s, r);
   });
 }
 
-void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const etcd::Status& s,
-                                 const etcd::TxnResponse& r) {
-  Op* op = FindOp(name, op_id);
+void OurRaises::OnPendingTxn(const std::string& name, uint64_t op_id, const etcd::Status& s,
+                             const etcd::TxnResponse& r) {
+  Op* op = targets_.FindOp(name, op_id);
   if (!op) return;
   Target& t = targets_[name];
   if (!s.ok()) {
@@ -138,12 +148,12 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
     // when the view shows it.
     // No floor: it may not have been written, and then it refused nothing.
     reporter_.Error("cannot write the pending raise of " + name + ": " + s.error);
-    Complete(t, PersistResult::kNotDurable);
+    targets_.Complete(t, PersistResult::kNotDurable);
     // Shown by the view already (it waited for this answer): withdrawn now.
     if (t.pending && !t.pending->value.withdrawn && membership_.IsSelf(t.pending->value.member)) {
-      Withdraw(name, t, t.pending->revision, t.pending->value.token);
+      targets_.Withdraw(name, t, t.pending->revision, t.pending->value.token);
     }
-    Prune(name);
+    targets_.Prune(name);
     return;
   }
   if (!r.succeeded) {
@@ -152,14 +162,14 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
     std::optional<PendingValue> pending;
     if (!ReadCurrent(r, &max, &max_revision, &pending, &pending_revision) || ++op->attempts > kMaxAttempts) {
       reporter_.Error("cannot write the pending raise of " + name + ": the keys kept changing or were unreadable");
-      Complete(t, PersistResult::kNotDurable);
-      Prune(name);
+      targets_.Complete(t, PersistResult::kNotDurable);
+      targets_.Prune(name);
       return;
     }
     if (max >= op->token) {
-      if (max > op->token) registry_->SharedCommitted(FenceOf(name), KeyOf(name), max);
-      Complete(t, max == op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
-      Prune(name);
+      if (max > op->token) targets_.registry().SharedCommitted(FenceOf(name), KeyOf(name), max);
+      targets_.Complete(t, max == op->token ? PersistResult::kDurable : PersistResult::kNotDurable);
+      targets_.Prune(name);
       return;
     }
     if (pending && pending_revision > t.seen) {
@@ -167,27 +177,27 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
       t.pending = Pending{*pending, pending_revision};
     }
     if (pending && pending->withdrawn && pending->token > op->token) {
-      ApplyFloor(name, t, pending->token);  // below a given-up raise: stale
-      Complete(t, PersistResult::kNotDurable);
-      Prune(name);
+      targets_.ApplyFloor(name, t, pending->token);  // below a given-up raise: stale
+      targets_.Complete(t, PersistResult::kNotDurable);
+      targets_.Prune(name);
       return;
     }
     if (pending && !pending->withdrawn && membership_.IsSelf(pending->member) && pending->token > op->token) {
       // A higher pending of ours that no raise owns (an answer lost): withdrawn, and it is in
       // etcd, so ours below it is stale.
-      Withdraw(name, t, pending_revision, pending->token);
-      ApplyFloor(name, t, pending->token);
-      Complete(t, PersistResult::kNotDurable);
-      Prune(name);
+      targets_.Withdraw(name, t, pending_revision, pending->token);
+      targets_.ApplyFloor(name, t, pending->token);
+      targets_.Complete(t, PersistResult::kNotDurable);
+      targets_.Prune(name);
       return;
     }
     if (pending && !pending->withdrawn && !membership_.IsSelf(pending->member) && pending->token >= op->token) {
       if (pending->token == op->token) {
         StartAck(name, t);
       } else {
-        ApplyPending(name, t);
-        Complete(t, PersistResult::kNotDurable);
-        Prune(name);
+        targets_.ApplyPending(name, t);
+        targets_.Complete(t, PersistResult::kNotDurable);
+        targets_.Prune(name);
       }
       return;
     }
@@ -197,10 +207,10 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
   }
   if (r.responses.size() != 2) {
     reporter_.Error("unreadable member list in the pending raise's answer");
-    Withdraw(name, t, r.revision, op->token);
-    ApplyFloor(name, t, op->token);
-    Complete(t, PersistResult::kNotDurable);
-    Prune(name);
+    targets_.Withdraw(name, t, r.revision, op->token);
+    targets_.ApplyFloor(name, t, op->token);
+    targets_.Complete(t, PersistResult::kNotDurable);
+    targets_.Prune(name);
     return;
   }
   op->revision = r.revision;
@@ -208,7 +218,7 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
     t.seen = r.revision;
     t.pending = Pending{{op->token, membership_.id(), false}, r.revision};
   }
-  ApplyWritten(name, t, op->token);
+  targets_.ApplyWritten(name, t, op->token);
   for (const auto& [member, revision] : op->early_acks) {
     if (revision == op->revision) op->acked.insert(member);
   }
@@ -220,7 +230,7 @@ void RaiseProtocol::OnPendingTxn(const std::string& name, uint64_t op_id, const 
   CheckRaise(name, t);
 }
 
-void RaiseProtocol::CheckRaise(const std::string& name, Target& t) {
+void OurRaises::CheckRaise(const std::string& name, Target& t) {
   if (!t.op || t.op->kind != Op::Kind::kRaise || t.op->revision == 0 || t.op->committing) return;
   Op& op = *t.op;
   int64_t recheck = INT64_MAX;
@@ -238,14 +248,14 @@ void RaiseProtocol::CheckRaise(const std::string& name, Target& t) {
   }
   if (recheck != INT64_MAX) {
     op.recheck = scheduler_.At(recheck, [this, name, id = op.id] {
-      if (FindOp(name, id)) CheckRaise(name, targets_[name]);
+      if (targets_.FindOp(name, id)) CheckRaise(name, targets_[name]);
     });
   }
 }
 
 // max := T and the pending deleted, if the pending is still ours.
-void RaiseProtocol::Commit(const std::string& name, uint64_t op_id) {
-  Op* op = FindOp(name, op_id);
+void OurRaises::Commit(const std::string& name, uint64_t op_id) {
+  Op* op = targets_.FindOp(name, op_id);
   if (!op) return;
   op->committing = true;
   op->deadline.reset();  // a commit is never given up
@@ -254,8 +264,8 @@ void RaiseProtocol::Commit(const std::string& name, uint64_t op_id) {
   txn.success = {etcd::Op::Put(layout_.Max(name), TokenText(op->token)), etcd::Op::Delete(layout_.Pending(name))};
   txn.failure = {etcd::Op::Range(layout_.Max(name)), etcd::Op::Range(layout_.Pending(name))};
   kv_.Txn(std::move(txn), [this, name, op_id](etcd::Status s, etcd::TxnResponse r) {
-    if (stopping_) return;
-    Op* op = FindOp(name, op_id);
+    if (targets_.stopping()) return;
+    Op* op = targets_.FindOp(name, op_id);
     if (!op) return;
     Target& t = targets_[name];
     if (!s.ok()) {
@@ -273,63 +283,35 @@ void RaiseProtocol::Commit(const std::string& name, uint64_t op_id) {
       if (pending && pending_revision > t.seen) {
         t.seen = pending_revision;
         t.pending = Pending{*pending, pending_revision};
-        if (Others(*t.pending) && pending->token > op->token) ApplyPending(name, t);
-        if (pending->withdrawn) ApplyFloor(name, t, pending->token);
+        if (targets_.Others(*t.pending) && pending->token > op->token) targets_.ApplyPending(name, t);
+        if (pending->withdrawn) targets_.ApplyFloor(name, t, pending->token);
       }
     }
     if (max == op->token) {
       reporter_.Observe("raise", Seconds(scheduler_.NowNanos() - op->started));
       reporter_.Add(Reporter::Count::kRaised);
       if (t.pending && t.pending->revision == op->revision) t.pending.reset();
-      Complete(t, PersistResult::kDurable);
+      targets_.Complete(t, PersistResult::kDurable);
     } else {
-      if (max > op->token) registry_->SharedCommitted(FenceOf(name), KeyOf(name), max);
-      Complete(t, PersistResult::kNotDurable);
+      if (max > op->token) targets_.registry().SharedCommitted(FenceOf(name), KeyOf(name), max);
+      targets_.Complete(t, PersistResult::kNotDurable);
     }
-    Prune(name);
+    targets_.Prune(name);
   });
 }
 
-void RaiseProtocol::OnDeadline(const std::string& name, uint64_t op_id) {
-  Op* op = FindOp(name, op_id);
+void OurRaises::OnDeadline(const std::string& name, uint64_t op_id) {
+  Op* op = targets_.FindOp(name, op_id);
   if (!op || op->committing || op->kind != Op::Kind::kRaise) return;
   Target& t = targets_[name];
   reporter_.Error("a raise of " + name + " was given up: not every member acknowledged it within member_ttl + "
                   "timeouts.request");
   if (op->revision != 0) {  // (one never written refused nothing: no floor)
-    Withdraw(name, t, op->revision, op->token);
-    ApplyFloor(name, t, op->token);
+    targets_.Withdraw(name, t, op->revision, op->token);
+    targets_.ApplyFloor(name, t, op->token);
   }
-  Complete(t, PersistResult::kNotDurable);
-  Prune(name);
-}
-
-// pending := "T withdrawn", if it is still the one at revision: T is the floor from now on.
-// Retried until etcd answers.
-void RaiseProtocol::Withdraw(const std::string& name, Target& t, int64_t revision, uint64_t token) {
-  if (t.withdrawing == revision) return;
-  t.withdrawing = revision;
-  etcd::TxnRequest txn;
-  txn.compare = {{layout_.Pending(name), revision}};
-  txn.success = {etcd::Op::Put(layout_.Pending(name), PendingText({token, "", true}))};
-  kv_.Txn(std::move(txn), [this, name, revision, token](etcd::Status s, etcd::TxnResponse) {
-    if (stopping_) return;
-    auto it = targets_.find(name);
-    if (it == targets_.end() || it->second.withdrawing != revision) return;
-    Target& t = it->second;
-    t.withdrawing = 0;
-    if (s.ok()) {
-      Prune(name);
-      return;
-    }
-    reporter_.Error("cannot withdraw the pending raise of " + name + ": " + s.error);
-    t.retry = scheduler_.After(500 * kMillisecond, [this, name, revision, token] {
-      auto it = targets_.find(name);
-      if (it != targets_.end() && (!it->second.pending || it->second.pending->revision == revision)) {
-        Withdraw(name, it->second, revision, token);
-      }
-    });
-  });
+  targets_.Complete(t, PersistResult::kNotDurable);
+  targets_.Prune(name);
 }
 
 }  // namespace fencing::store
