@@ -112,7 +112,6 @@ void Fence::Release() {
 }
 
 uint64_t Fence::TakeRaiseToPersist() {
-  RestoreRemotePendingLocked();
   ReconsiderDoubtfulLocked();  // (no raise pending: the highest doubtful token is the raise)
   // A raise is written only when nothing older is still in flight: that is the drain barrier.
   if (pending_ == 0 || persisting_ != 0 || inflight_ != 0) return 0;
@@ -149,9 +148,6 @@ void Fence::OnPersisted(uint64_t token, PersistResult result) {
       // below it waited as doubtful, and are considered again now.)
       if (pending_ == token) {
         RejectWaiters(Admission::kUnavailable, pending_, wakeups);
-        // Another's raise we could not acknowledge: not asked for again until the store says it
-        // still stands (RemotePending); tokens below it stay stale all the same (confirmed_).
-        if (pending_remote_) remote_pending_ = 0;
         pending_ = 0;
       }
       to_persist = TakeRaiseToPersist();
@@ -220,7 +216,6 @@ void Fence::RemotePending(uint64_t token) {
   {
     std::lock_guard lock(mu_);
     confirmed_ = std::max(confirmed_, token);  // in etcd: nothing below it commits any more
-    if (token > max_token_) remote_pending_ = std::max(remote_pending_, token);
     SettleDoubtfulLocked(wakeups);
     // (At the floor too: a withdrawn raise tried again must be acknowledged here.)
     if (token > max_token_ && token > pending_) {
@@ -294,17 +289,21 @@ void Fence::SettleDoubtfulLocked(std::vector<Wakeup>& wakeups) {
   const uint64_t confirmed = ConfirmedLocked();
   std::erase_if(doubtful_, [&](const std::pair<RaiseWaiter*, uint64_t>& d) {
     if (d.second > max_token_ && d.second >= confirmed) return false;
-    wakeups.push_back({d.first, Admission::kStale, EffectiveMaxLocked()});
+    if (d.second == max_token_ && pending_ == max_token_) {
+      waiters_.push_back(d.first);  // committed elsewhere as we commit it here: they go together
+    } else if (d.second == max_token_ && pending_ == 0) {
+      // Committed through another proxy, and nothing above it here: an equal token now.
+      if (gate_ && !gate_->Open()) {
+        wakeups.push_back({d.first, Admission::kUnavailable, max_token_});
+      } else {
+        ++inflight_;
+        wakeups.push_back({d.first, Admission::kAdmitted, max_token_});
+      }
+    } else {
+      wakeups.push_back({d.first, Admission::kStale, EffectiveMaxLocked()});
+    }
     return true;
   });
-}
-
-void Fence::RestoreRemotePendingLocked() {
-  if (remote_pending_ <= std::max(max_token_, floor_)) remote_pending_ = 0;  // decided
-  if (pending_ != 0 || remote_pending_ == 0) return;
-  pending_ = remote_pending_;
-  pending_remote_ = true;
-  pending_since_ = clock_();
 }
 
 void Fence::ReconsiderDoubtfulLocked() {

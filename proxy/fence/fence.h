@@ -236,10 +236,6 @@ class Fence {
   // tokens (DoubtfulLocked).
   std::vector<std::pair<RaiseWaiter*, uint64_t>> doubtful_;
   uint64_t confirmed_ = 0;  // the highest pending raise etcd is known to hold (ConfirmedLocked)
-  // (Shared store) another member's raise that stands in etcd as far as we know (RemotePending),
-  // above the max: when a raise of ours that superseded it here fails, it is pending here again.
-  uint64_t remote_pending_ = 0;
-  void RestoreRemotePendingLocked();  // no raise pending: remote_pending_, if undecided, is again
 };
 
 }  // namespace fencing
