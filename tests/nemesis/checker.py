@@ -25,6 +25,11 @@ stale and overlap are "excused" (reported apart, not failing the run) when the l
 went through a proxy that was SIGSTOPped for longer than member_ttl between the client's send
 and the backend's start: the contract's one timing assumption (a proxy paused that long between
 its last check and its write can deliver one stale write).
+
+refused_max is excused (reported apart) when one of the refusals is a raise's 503
+fence-store-unavailable that waited at least 1 s and was answered within 1 s of the max being
+seen: that raise committed as its proxy's membership lapsed, and the proxy could not forward it
+(the known gap, docs/design-notes.md "Refused tokens"). Every other refused_max fails the run.
 """
 
 import heapq
@@ -158,10 +163,13 @@ def check(records, outcomes, max_seen, final_maxima, pauses, member_ttl):
         if not ok:
             answers = [(o["status"], o["ptype"], o["proxy"], round(o["sent"] - t, 2),
                         round(o["done"] - t, 2)) for o in tries]
-            violations.append({"kind": "refused_max", "detail": "%s: token %d was seen as the "
-                               "max by %s, but every attempt with it sent before then was "
-                               "refused, or none was sent: (status, type, proxy, sent - seen, "
-                               "answered - seen) %s" % (fence, token, source, answers[:6])})
+            v = {"kind": "refused_max", "detail": "%s: token %d was seen as the max by %s, but "
+                 "every attempt with it sent before then was refused, or none was sent: (status, "
+                 "type, proxy, sent - seen, answered - seen) %s" % (fence, token, source,
+                                                                   answers[:6])}
+            lapsed = [o for o in tries if o["status"] == 503 and o["ptype"] == "fence-store-unavailable"
+                      and o["sent"] <= t - 1.0 and abs(o["done"] - t) <= 1.0]
+            (excused if lapsed else violations).append(v)
 
     # A max never decreases: etcd's max key in revision order (from the watch), each proxy's
     # /fences in time order (across its restarts too: it loads the max from etcd).

@@ -597,8 +597,10 @@ class Run:
         else:
             lines.append("none")
         if excused:
-            lines += ["", "Excused by the timing assumption (a proxy paused for longer than "
-                      "member_ttl between send and forward): %s" % json.dumps(excused_count)]
+            lines += ["", "Excused, the known limits (stale, overlap: a proxy paused for longer "
+                      "than member_ttl between send and forward; refused_max: a raise committed "
+                      "as its proxy's membership lapsed, answered 503): %s"
+                      % json.dumps(excused_count)]
             for v in excused[:10]:
                 lines.append("- %s: %s" % (v["kind"], v["detail"]))
         if getattr(self, "findings", None):

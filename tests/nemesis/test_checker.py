@@ -83,6 +83,22 @@ class CheckerTest(unittest.TestCase):
                                  [(9.0, "etcd (end)", "orders", 7, None)])
         self.assertEqual(kinds(v), ["refused_max"])
 
+    def test_a_raise_committed_as_its_proxys_membership_lapsed_is_excused(self):
+        # The raise waited 6 s, was answered 503 fence-store-unavailable 0.2 s before its token
+        # was seen as the max: committed while its proxy could not forward it. Reported apart.
+        lapsed = out("a", 10, 503, 1.0, 7.0, ptype="fence-store-unavailable")
+        v, excused, _ = self.run_check([], [lapsed], [(7.2, "etcd watch", "orders", 10, 7)])
+        self.assertEqual(v, [])
+        self.assertEqual(kinds(excused), ["refused_max"])
+        # Answered long before the commit: its raise had failed; a violation.
+        early = out("b", 10, 503, 1.0, 3.0, ptype="fence-store-unavailable")
+        v, _, _ = self.run_check([], [early], [(7.2, "etcd watch", "orders", 10, 7)])
+        self.assertEqual(kinds(v), ["refused_max"])
+        # Refused at once (the gate was closed): no raise of its own; a violation.
+        at_once = out("c", 10, 503, 7.0, 7.0, ptype="fence-store-unavailable")
+        v, _, _ = self.run_check([], [at_once], [(7.2, "etcd watch", "orders", 10, 7)])
+        self.assertEqual(kinds(v), ["refused_max"])
+
     def test_max_decreased(self):
         outcomes = [out("a", 10, 200, 1.0, 1.1), out("b", 12, 200, 2.0, 2.1)]
         records = [rec(1, "/orders/A/a", 10, 1.05, 1.06), rec(2, "/orders/A/b", 12, 2.05, 2.06)]
