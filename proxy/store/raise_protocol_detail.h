@@ -3,6 +3,8 @@
 // events; our_raises.cpp: our own raises and acknowledgements; raise_targets.cpp: the targets and
 // their fences); not for other code.
 
+#include "store/layout.h"
+
 #include <cstdint>
 #include <string>
 
@@ -13,11 +15,17 @@ constexpr int kMaxAttempts = 5;
 
 inline double Seconds(int64_t ns) { return double(ns) / 1e9; }
 
-// A target's fence and key ("orders" -> "orders", ""; "objects/k17" -> "objects", "k17").
-inline std::string FenceOf(const std::string& target) { return target.substr(0, target.find('/')); }
+// A target's fence and key ("orders" -> "orders", ""; "objects/k17" -> "objects", "k17"), by
+// layout.h's SplitTarget (targets here came from Layout::Classify, so they split).
+inline std::string FenceOf(const std::string& target) {
+  std::string fence, key;
+  SplitTarget(target, &fence, &key);
+  return fence;
+}
 inline std::string KeyOf(const std::string& target) {
-  const size_t slash = target.find('/');
-  return slash == std::string::npos ? std::string() : target.substr(slash + 1);
+  std::string fence, key;
+  SplitTarget(target, &fence, &key);
+  return key;
 }
 
 }  // namespace fencing::store::raise_detail
