@@ -170,6 +170,11 @@ struct ProxyConfig {
   std::chrono::milliseconds RaiseWait() const {
     return fence_store ? timeouts.request + fence_store->member_ttl + std::chrono::seconds(1) : timeouts.request;
   }
+  // (Shared store) How much longer a request whose raise committed as this proxy's membership
+  // lapsed waits for the membership to be renewed (it may then go): member_ttl.
+  std::chrono::milliseconds HeldWait() const {
+    return fence_store ? std::chrono::milliseconds(fence_store->member_ttl) : std::chrono::milliseconds(0);
+  }
 };
 
 // One problem in the route file, positioned like a compiler error (1-based line and column).

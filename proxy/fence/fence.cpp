@@ -38,49 +38,55 @@ AdmitResult Fence::AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t ma
   AdmitResult result;
   {
     std::lock_guard lock(mu_);
-    uint64_t effective_max = EffectiveMaxLocked();
-    if (AdmitResult refusal = RefusalLocked(token, max_jump); refusal.admission != Admission::kAdmitted) {
-      return refusal;
-    }
-    if (token == max_token_ && pending_ == 0) {
-      ++inflight_;
-      return {Admission::kAdmitted, max_token_};
-    }
-    if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
-    if (SupersededLocked(token)) {
-      superseded_.push_back(waiter);
-      return {Admission::kWaiting, effective_max};
-    }
-    if (token < effective_max) {  // (shared) only a raise of ours not yet in etcd refuses it
-      doubtful_.push_back({waiter, token});
-      return {Admission::kWaiting, effective_max};
-    }
-    if (token > pending_) {
-      // A newer holder (or the holder of a withdrawn raise, at the floor, trying again): whoever
-      // waited for an older raise has lost the lock too. Unless that raise is in the shared
-      // store's hands already (ours, or another member's we acknowledged): it may commit all the
-      // same, so its waiters learn its fate first (a token answered 409 never becomes the max).
-      // With the shared store, until the new raise is in etcd the older one may still commit
-      // elsewhere: its waiters are doubtful until then.
-      if (gate_ && persisting_ != 0 && persisting_ == pending_) {
-        superseded_.insert(superseded_.end(), waiters_.begin(), waiters_.end());
-        waiters_.clear();
-      } else if (gate_ && pending_ != 0 && DoubtfulLocked(pending_)) {
-        for (RaiseWaiter* w : waiters_) doubtful_.push_back({w, pending_});
-        waiters_.clear();
-      }
-      RejectWaiters(Admission::kStale, token, wakeups);
-      if (pending_ == 0) pending_since_ = clock_();
-      pending_ = token;
-      pending_remote_ = false;
-    }
-    waiters_.push_back(waiter);
-    result = {Admission::kWaiting, pending_};
-    to_persist = TakeRaiseToPersist();
+    if (!held_.empty()) ReleaseHeldLocked(wakeups);
+    result = AdmitLocked(token, waiter, max_jump, wakeups, to_persist);
   }
   for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
   if (to_persist) persister_.Persist(*this, to_persist);
   return result;
+}
+
+AdmitResult Fence::AdmitLocked(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump, std::vector<Wakeup>& wakeups,
+                               uint64_t& to_persist) {
+  uint64_t effective_max = EffectiveMaxLocked();
+  if (AdmitResult refusal = RefusalLocked(token, max_jump); refusal.admission != Admission::kAdmitted) {
+    return refusal;
+  }
+  if (token == max_token_ && pending_ == 0) {
+    ++inflight_;
+    return {Admission::kAdmitted, max_token_};
+  }
+  if (waiter == nullptr) return {Admission::kWaiting, effective_max};  // a probe: nothing changed
+  if (SupersededLocked(token)) {
+    superseded_.push_back(waiter);
+    return {Admission::kWaiting, effective_max};
+  }
+  if (token < effective_max) {  // (shared) only a raise of ours not yet in etcd refuses it
+    doubtful_.push_back({waiter, token});
+    return {Admission::kWaiting, effective_max};
+  }
+  if (token > pending_) {
+    // A newer holder (or the holder of a withdrawn raise, at the floor, trying again): whoever
+    // waited for an older raise has lost the lock too. Unless that raise is in the shared
+    // store's hands already (ours, or another member's we acknowledged): it may commit all the
+    // same, so its waiters learn its fate first (a token answered 409 never becomes the max).
+    // With the shared store, until the new raise is in etcd the older one may still commit
+    // elsewhere: its waiters are doubtful until then.
+    if (gate_ && persisting_ != 0 && persisting_ == pending_) {
+      superseded_.insert(superseded_.end(), waiters_.begin(), waiters_.end());
+      waiters_.clear();
+    } else if (gate_ && pending_ != 0 && DoubtfulLocked(pending_)) {
+      for (RaiseWaiter* w : waiters_) doubtful_.push_back({w, pending_});
+      waiters_.clear();
+    }
+    RejectWaiters(Admission::kStale, token, wakeups);
+    if (pending_ == 0) pending_since_ = clock_();
+    pending_ = token;
+    pending_remote_ = false;
+  }
+  waiters_.push_back(waiter);
+  to_persist = TakeRaiseToPersist();
+  return {Admission::kWaiting, pending_};
 }
 
 AdmitResult Fence::Check(uint64_t token, uint64_t max_jump) const {
@@ -166,10 +172,12 @@ void Fence::ResolveSuperseded(uint64_t token, PersistResult result, std::vector<
   if (result == PersistResult::kFailed) {
     admission = Admission::kFailed;
   } else if (result == PersistResult::kDurable && std::max(max_token_, token) == token) {
-    // Committed: they go, before the higher raise (which waits for them to drain).
-    admission = gate_ && !gate_->Open() ? Admission::kUnavailable : Admission::kAdmitted;
+    // Committed: they go, before the higher raise (which waits for them to drain); held if the
+    // gate has closed meanwhile.
+    for (RaiseWaiter* w : superseded_) AdmitCommittedLocked(w, token, wakeups);
+    superseded_.clear();
+    return;
   }
-  if (admission == Admission::kAdmitted) inflight_ += superseded_.size();
   const uint64_t max = admission == Admission::kStale ? EffectiveMaxLocked() : std::max(max_token_, token);
   for (RaiseWaiter* w : superseded_) {
     // (Given up, but only a raise of ours not yet in etcd is above it: doubtful, not stale.)
@@ -191,15 +199,10 @@ void Fence::Finish(uint64_t persisted, std::vector<Wakeup>& wakeups) {
   }
   if (pending_ == persisted) {
     // Everyone carrying the new max goes at once; they are all equal tokens. Unless this proxy's
-    // membership lapsed meanwhile: then they are refused like any request now.
-    if (gate_ && !gate_->Open()) {
-      RejectWaiters(Admission::kUnavailable, max_token_, wakeups);
-    } else {
-      inflight_ += waiters_.size();
-      for (RaiseWaiter* w : waiters_) wakeups.push_back({w, Admission::kAdmitted, max_token_});
-      waiters_.clear();
-    }
+    // membership lapsed meanwhile: then they are held until it is renewed.
     pending_ = 0;
+    for (RaiseWaiter* w : waiters_) AdmitCommittedLocked(w, max_token_, wakeups);
+    waiters_.clear();
   } else if (pending_ > persisted) {
     // A higher token arrived while this one was being written; its drain starts now.
     pending_since_ = clock_();
@@ -293,12 +296,7 @@ void Fence::SettleDoubtfulLocked(std::vector<Wakeup>& wakeups) {
       waiters_.push_back(d.first);  // committed elsewhere as we commit it here: they go together
     } else if (d.second == max_token_ && pending_ == 0) {
       // Committed through another proxy, and nothing above it here: an equal token now.
-      if (gate_ && !gate_->Open()) {
-        wakeups.push_back({d.first, Admission::kUnavailable, max_token_});
-      } else {
-        ++inflight_;
-        wakeups.push_back({d.first, Admission::kAdmitted, max_token_});
-      }
+      AdmitCommittedLocked(d.first, max_token_, wakeups);
     } else {
       wakeups.push_back({d.first, Admission::kStale, EffectiveMaxLocked()});
     }
@@ -330,42 +328,85 @@ void Fence::ReconsiderDoubtfulLocked() {
   });
 }
 
-bool Fence::Abandon(RaiseWaiter& waiter) {
+bool Fence::Abandon(RaiseWaiter& waiter, bool final) {
+  std::vector<Wakeup> wakeups;
   uint64_t to_persist = 0;
+  bool removed = false;
   {
     std::lock_guard lock(mu_);
-    if (auto d = std::find_if(doubtful_.begin(), doubtful_.end(), [&](const auto& e) { return e.first == &waiter; });
-        d != doubtful_.end()) {
-      doubtful_.erase(d);
-      return true;
-    }
-    auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
-    if (it == waiters_.end()) return false;  // (or superseded: the store answers, in its bound)
-    if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
-    waiters_.erase(it);
-    if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
-      // Nobody here waits for this raise any more: it is given up before it reaches the store,
-      // so that a raise answered 503 never becomes the max later. It refused nothing (the tokens
-      // below it are doubtful, not stale): they are considered again.
-      pending_ = 0;
-      to_persist = TakeRaiseToPersist();
+    if (!held_.empty()) ReleaseHeldLocked(wakeups);
+    removed = AbandonLocked(waiter, final, to_persist);
+  }
+  for (const Wakeup& w : wakeups) w.waiter->Resolve(w.admission, w.max_token);
+  if (to_persist) persister_.Persist(*this, to_persist);
+  return removed;
+}
+
+bool Fence::AbandonLocked(RaiseWaiter& waiter, bool final, uint64_t& to_persist) {
+  auto is = [&](const auto& e) { return e.first == &waiter; };
+  if (auto d = std::find_if(doubtful_.begin(), doubtful_.end(), is); d != doubtful_.end()) {
+    doubtful_.erase(d);
+    return true;
+  }
+  if (auto h = std::find_if(held_.begin(), held_.end(), is); h != held_.end()) {
+    if (!final) return false;  // the gate is still closed: asked again
+    held_.erase(h);
+    return true;
+  }
+  auto it = std::find(waiters_.begin(), waiters_.end(), &waiter);
+  if (it == waiters_.end()) return false;  // (or superseded: the store answers, in its bound)
+  if (gate_ && persisting_ != 0 && persisting_ == pending_) return false;  // the store answers, in its bound
+  waiters_.erase(it);
+  if (gate_ && waiters_.empty() && pending_ != 0 && !pending_remote_) {
+    // Nobody here waits for this raise any more: it is given up before it reaches the store,
+    // so that a raise answered 503 never becomes the max later. It refused nothing (the tokens
+    // below it are doubtful, not stale): they are considered again.
+    pending_ = 0;
+    to_persist = TakeRaiseToPersist();
+  }
+  return true;
+}
+
+void Fence::AdmitCommittedLocked(RaiseWaiter* waiter, uint64_t token, std::vector<Wakeup>& wakeups) {
+  if (gate_ && !gate_->Open()) {
+    held_.push_back({waiter, token});
+    return;
+  }
+  ++inflight_;
+  wakeups.push_back({waiter, Admission::kAdmitted, token});
+}
+
+void Fence::ReleaseHeldLocked(std::vector<Wakeup>& wakeups) {
+  if (!gate_->Open()) return;
+  // Their token committed and nothing etcd holds is above it: they go as equal tokens do. A raise
+  // of ours above it that is not in etcd yet (nor being written) waits for them to drain, as a
+  // superseded raise's requests go before the higher raise. Anything else: they lost the lock.
+  const bool failed = state_failed_.load(std::memory_order_acquire);
+  for (const auto& [w, token] : held_) {
+    if (failed) {
+      wakeups.push_back({w, Admission::kFailed, EffectiveMaxLocked()});
+    } else if (token == max_token_ && ConfirmedLocked() == token && persisting_ == 0 &&
+               (pending_ == 0 || !pending_remote_)) {
+      ++inflight_;
+      wakeups.push_back({w, Admission::kAdmitted, max_token_});
+    } else {
+      wakeups.push_back({w, Admission::kStale, EffectiveMaxLocked()});
     }
   }
-  if (to_persist) persister_.Persist(*this, to_persist);
-  return true;
+  held_.clear();
 }
 
 FenceSnapshot Fence::Snapshot() const {
   std::lock_guard lock(mu_);
-  return FenceSnapshot{max_token_, pending_, inflight_, waiters_.size() + superseded_.size() + doubtful_.size(),
+  return FenceSnapshot{max_token_, pending_, inflight_,
+                       waiters_.size() + superseded_.size() + doubtful_.size() + held_.size(),
                        floor_ > max_token_ ? floor_ : 0};
 }
 
 bool Fence::Idle() const {
   std::lock_guard lock(mu_);
   return inflight_ == 0 && pending_ == 0 && persisting_ == 0 && waiters_.empty() && superseded_.empty() &&
-         doubtful_.empty() &&
-         floor_ <= max_token_;
+         doubtful_.empty() && held_.empty() && floor_ <= max_token_;
 }
 
 uint64_t Fence::max_token() const {

@@ -17,6 +17,11 @@
 //            under way (ours or acknowledged)     waiters, and new requests carrying it, wait for
 //                                               the store's answer: admitted if it commits
 //                                               (before the new raise drains), else stale
+//   a raise that commits while this proxy's    -> (shared store only) its requests are held: they
+//         membership has lapsed (gate closed)     may not go, nor be told the raise failed (it did
+//                                               not). Once the gate opens: admitted if the token
+//                                               is still the max with nothing pending, else stale.
+//                                               Still closed at the session's bound: 503
 //
 // So at any moment every admitted write of a fence carries the same token, and the backend never
 // sees a lower token after (or while) it sees a higher one. The class knows nothing of sockets,
@@ -172,7 +177,11 @@ class Fence {
   // store's hands, which answers within its own bound. With the shared store, the last waiter of
   // a raise of ours that gives up takes the raise with it before it reaches the store: a raise
   // answered 503 never becomes the max later.
-  bool Abandon(RaiseWaiter& waiter);
+  //
+  // (Shared store) A waiter whose raise committed as the gate closed is held (the table above):
+  // false while the gate stays closed, so the session asks again; with `final` (the session's
+  // last word) it is removed and true. Once the gate has opened it is resolved (false).
+  bool Abandon(RaiseWaiter& waiter, bool final = false);
 
   FenceSnapshot Snapshot() const;
   // Nothing admitted, pending, being written or waiting: the fence is its max and nothing more
@@ -188,6 +197,8 @@ class Fence {
   };
   // Admit, or with no waiter only the decisions that need none.
   AdmitResult AdmitOrProbe(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump);
+  AdmitResult AdmitLocked(uint64_t token, RaiseWaiter* waiter, uint64_t max_jump, std::vector<Wakeup>& wakeups,
+                          uint64_t& to_persist);
   // With mu_ held: the refusal (kFailed, kStale, kTooFar) a token gets now, else kAdmitted.
   AdmitResult RefusalLocked(uint64_t token, uint64_t max_jump) const;
   // (confirmed_: nothing below a raise etcd holds can commit, even one this fence no longer has
@@ -201,6 +212,11 @@ class Fence {
   bool DoubtfulLocked(uint64_t token) const { return gate_ && token > max_token_ && token >= ConfirmedLocked(); }
   void SettleDoubtfulLocked(std::vector<Wakeup>& wakeups);  // those now below what etcd holds: stale
   void ReconsiderDoubtfulLocked();  // no raise pending: the highest doubtful token is the raise
+  // (Shared store) A request whose raise to token committed: admitted, or held if the gate is
+  // closed.
+  void AdmitCommittedLocked(RaiseWaiter* waiter, uint64_t token, std::vector<Wakeup>& wakeups);
+  void ReleaseHeldLocked(std::vector<Wakeup>& wakeups);  // the gate is open: held_ resolved
+  bool AbandonLocked(RaiseWaiter& waiter, bool final, uint64_t& to_persist);
   // (Shared store) token is a raise the store has under way, superseded here by a higher one:
   // its requests wait for the store's answer (superseded_) instead of being stale at once.
   bool SupersededLocked(uint64_t token) const {
@@ -236,6 +252,9 @@ class Fence {
   // tokens (DoubtfulLocked).
   std::vector<std::pair<RaiseWaiter*, uint64_t>> doubtful_;
   uint64_t confirmed_ = 0;  // the highest pending raise etcd is known to hold (ConfirmedLocked)
+  // (Shared store) requests whose raise committed while the gate was closed, and their token
+  // (AdmitCommittedLocked): resolved once it opens (ReleaseHeldLocked), or given up (Abandon).
+  std::vector<std::pair<RaiseWaiter*, uint64_t>> held_;
 };
 
 }  // namespace fencing

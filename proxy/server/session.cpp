@@ -34,6 +34,8 @@ using io::kTuple;
 // a larger one closes the connection instead of being read.
 constexpr uint64_t kDiscardLimit = 64 * 1024;
 constexpr size_t kFirstReadSize = 4 * 1024;
+// How often a raise's request past its deadline asks its fence again (Session::WaitForRaise).
+constexpr auto kHeldRecheck = std::chrono::milliseconds(100);
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 bool ExpectsContinue(const RequestHead& head) {
@@ -342,9 +344,10 @@ io::Awaitable<bool> Session::ServeOne() {
     }
     if (plan.action == RequestPlan::Action::kFence) {
       if (admission == Admission::kWaiting) {
-        SetDeadline(Clock::now() + config.RaiseWait());  // the sweep leaves the session alone meanwhile
+        // The sweep leaves the session alone meanwhile.
+        SetDeadline(Clock::now() + config.RaiseWait() + config.HeldWait());
         admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
-                                          config.RaiseWait());
+                                          config.RaiseWait(), config.HeldWait());
         // Given up waiting: with the shared store, that store could not promise the order in time.
         if (admission == Admission::kWaiting && config.fence_store) admission = Admission::kUnavailable;
       }
@@ -454,7 +457,8 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
 }
 
 io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
-                                               uint64_t* max_token, std::chrono::milliseconds deadline) {
+                                               uint64_t* max_token, std::chrono::milliseconds deadline,
+                                               std::chrono::milliseconds held_wait) {
   auto wait = std::make_shared<RaiseWait>(socket_.get_executor(), worker_.raise_inbox());
   AdmitResult result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
@@ -463,15 +467,18 @@ io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uin
   // Resolved already if the raise was settled on this thread while Admit ran (a persister
   // that answers at once): a waiter resolved on its own thread is resolved in place.
   if (!wait->resolved()) wait->timer().expires_after(deadline);
+  // Past the deadline, a request whose raise committed as this proxy's membership lapsed is
+  // held until the membership is renewed (fence.h): asked again until held_wait has passed too.
+  const auto last_word = Clock::now() + deadline + held_wait;
   while (!wait->resolved()) {
     co_await wait->timer().async_wait(kTuple);
     if (wait->resolved()) break;
-    if (fence.Abandon(*wait)) {
+    if (fence.Abandon(*wait, Clock::now() >= last_word)) {
       *max_token = result.max_token;
       co_return Admission::kWaiting;  // gave up: no admission is held
     }
-    // The resolution is already on its way to this thread: wait for it.
-    wait->timer().expires_at(Clock::time_point::max());
+    // The resolution is on its way to this thread, or the store or the gate has it.
+    wait->timer().expires_after(kHeldRecheck);
   }
   *max_token = wait->max_token();
   co_return wait->admission();

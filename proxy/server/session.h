@@ -69,9 +69,9 @@ class Session : public IntrusiveListNode<Session> {
   // went away or stalled.
   io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestHead& head, bool* parsed);
   // Admits a token that has to wait (Fence::AdmitWithoutWaiting said kWaiting), with a waiter
-  // that gives up after deadline.
+  // that gives up after deadline (a request held for this proxy's membership: held_wait later).
   io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
-                                        std::chrono::milliseconds deadline);
+                                        std::chrono::milliseconds deadline, std::chrono::milliseconds held_wait);
   // Asks the route's lock service whether plan.token is its lock holder's (a raise on a
   // verified route). Not confirmed: plan becomes a reject (or an observed forward).
   io::Awaitable<bool> VerifyToken(RequestPlan& plan);

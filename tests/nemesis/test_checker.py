@@ -98,6 +98,26 @@ class CheckerTest(unittest.TestCase):
         at_once = out("c", 10, 503, 7.0, 7.0, ptype="fence-store-unavailable")
         v, _, _ = self.run_check([], [at_once], [(7.2, "etcd watch", "orders", 10, 7)])
         self.assertEqual(kinds(v), ["refused_max"])
+        # Held until its last word, 3 s after the commit, the membership still not renewed.
+        held = out("d", 10, 503, 1.0, 10.2, ptype="fence-store-unavailable")
+        v, excused, _ = self.run_check([], [held], [(7.2, "etcd watch", "orders", 10, 7)])
+        self.assertEqual((v, kinds(excused)), ([], ["refused_max"]))
+
+    def test_a_committed_raise_refused_once_a_newer_holders_raise_stood_is_excused(self):
+        # Committed at 7.2, answered 409 at 8.0: a higher raise stood by the time its proxy was
+        # back, and 12 became the max later. Reported apart.
+        late = out("a", 10, 409, 1.0, 8.0)
+        newer = out("n", 12, 200, 7.5, 9.1, kind="raise")
+        seen = [(7.2, "etcd watch", "orders", 10, 7), (9.0, "etcd watch", "orders", 12, 9)]
+        v, excused, _ = self.run_check([rec(1, "/orders/A/n", 12, 9.05, 9.06)], [late, newer], seen)
+        self.assertEqual((v, kinds(excused)), ([], ["refused_max"]))
+        # No higher max ever: the 409 said the token had lost, and it stayed the max.
+        v, _, _ = self.run_check([], [late], seen[:1])
+        self.assertEqual(kinds(v), ["refused_max"])
+        # Answered 409 before it became the max: never excused.
+        early = out("b", 10, 409, 1.0, 2.0)
+        v, _, _ = self.run_check([rec(1, "/orders/A/n", 12, 9.05, 9.06)], [early, newer], seen)
+        self.assertEqual(kinds(v), ["refused_max"])
 
     def test_max_decreased(self):
         outcomes = [out("a", 10, 200, 1.0, 1.1), out("b", 12, 200, 2.0, 2.1)]

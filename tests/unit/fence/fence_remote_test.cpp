@@ -369,14 +369,57 @@ TEST_F(FenceRemoteTest, TheGateClosesByItselfAtItsDeadline) {
   EXPECT_EQ(fence_.AdmitWithoutWaiting(5).admission, Admission::kUnavailable);
 }
 
-TEST_F(FenceRemoteTest, WaitersOfARaiseCommittedAfterTheGateClosedAreRefused) {
+// A raise that commits as this proxy's membership lapses: its requests may not go with the gate
+// closed, nor be told the raise failed (it did not). They are held until the gate opens.
+TEST_F(FenceRemoteTest, WaitersOfARaiseCommittedAfterTheGateClosedAreHeldAndGoOnceItOpens) {
   Waiter w;
   ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
   gate_.Close();
   store_.Answer(PersistResult::kDurable);
-  EXPECT_TRUE(w.Is(Admission::kUnavailable, 9));
+  EXPECT_TRUE(w.resolves.empty()) << "held, not refused: the raise committed";
   EXPECT_EQ(fence_.max_token(), 9u) << "the max is the store's word all the same";
+  EXPECT_FALSE(fence_.Abandon(w)) << "still held while the gate is closed";
+  EXPECT_FALSE(fence_.Idle());
+  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  EXPECT_FALSE(fence_.Abandon(w)) << "resolved, not given up";
+  EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
+  EXPECT_EQ(fence_.Snapshot().inflight, 1u);
+}
+
+TEST_F(FenceRemoteTest, HeldRequestsGoWithTheFirstRequestAfterTheGateOpens) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  gate_.Close();
+  store_.Answer(PersistResult::kDurable);
+  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kAdmitted);
+  EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
+  EXPECT_EQ(fence_.Snapshot().inflight, 2u);
+}
+
+TEST_F(FenceRemoteTest, HeldRequestsAreStaleIfAHigherRaiseStoodInEtcdMeanwhile) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  gate_.Close();
+  store_.Answer(PersistResult::kDurable);
+  fence_.RemotePending(12);  // read on registering again: its raiser need not wait for us
+  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  EXPECT_FALSE(fence_.Abandon(w));
+  EXPECT_TRUE(w.Is(Admission::kStale, 12)) << "a newer holder exists: they lost the lock";
   EXPECT_EQ(fence_.Snapshot().inflight, 0u);
+}
+
+TEST_F(FenceRemoteTest, AHeldRequestGivenUpAtTheSessionsLastWordGoesNowhere) {
+  Waiter w;
+  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+  gate_.Close();
+  store_.Answer(PersistResult::kDurable);
+  EXPECT_TRUE(fence_.Abandon(w, /*final=*/true));
+  EXPECT_TRUE(w.resolves.empty());
+  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kAdmitted);
+  EXPECT_TRUE(w.resolves.empty()) << "given up: never resolved";
+  EXPECT_EQ(fence_.Snapshot().inflight, 1u);
 }
 
 }  // namespace

@@ -73,6 +73,7 @@ TEST(ProtocolSimulation, SeededFaultsBreakNoInvariant) {
     total.raises_committed += r.raises_committed;
     total.faults += r.faults;
     total.events += r.events;
+    total.held_lapsed += r.held_lapsed;
     if (!r.ok) {
       ++failed;
       std::fprintf(stderr, "seed %llu failed: %s\n", (unsigned long long)seed,
@@ -82,11 +83,12 @@ TEST(ProtocolSimulation, SeededFaultsBreakNoInvariant) {
   }
   std::fprintf(stderr,
                "simulation: %llu seeds from %llu, %llu failed; %llu faults, %llu events, %llu admitted, %llu "
-               "refused 409, %llu refused 503, %llu raises committed\n",
+               "refused 409, %llu refused 503 (%llu held past a lapsed membership), %llu raises committed\n",
                (unsigned long long)count, (unsigned long long)first, (unsigned long long)failed,
                (unsigned long long)total.faults, (unsigned long long)total.events,
                (unsigned long long)total.writes_admitted, (unsigned long long)total.refused_stale,
-               (unsigned long long)total.refused_unavailable, (unsigned long long)total.raises_committed);
+               (unsigned long long)total.refused_unavailable, (unsigned long long)total.held_lapsed,
+               (unsigned long long)total.raises_committed);
   EXPECT_EQ(failed, 0u) << "the first failing seed (replay with FP_SIM_SEED):\n" << first_failure;
 }
 

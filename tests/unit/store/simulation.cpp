@@ -142,6 +142,9 @@ struct Request final : RaiseWaiter {
   uint64_t id = 0, token = 0;
   int node = 0, incarnation = 0;
   int64_t issued = 0;
+  int ordinal = 0;  // among the requests carrying its token (World::Carried)
+  int64_t last_word = 0;  // when it gives up even a held wait
+  bool lapsed = false;    // given up at the last word, held for a lapsed membership
   bool answered = false, waiting = false;
   std::unique_ptr<store::Scheduler::Timer> timeout;
   void Resolve(Admission admission, uint64_t max_token) override;
@@ -171,6 +174,8 @@ class World {
 
   // ---- the backend and the answers
   void Answered(Request& r, Admission admission, uint64_t max_token);
+  void Refused(const Request& r);  // answered 409 or 503
+  void GiveUp(Request& req, Node& n);
   void Fail(const std::string& what) {
     if (!result.ok) return;
     result.ok = false;
@@ -239,6 +244,10 @@ class World {
   std::multimap<uint64_t, Refusal> unavailable_;  // token answered 503
   struct Carried {
     int taken = 0, refused = 0;  // requests carrying a token the proxies took, and refused (409, 503)
+    // Once the token is the max: how many had been taken by then, and how many of those are
+    // refused so far (all of them: the token became the max though every request was refused).
+    int64_t committed_at = -1;
+    int before = 0, before_refused = 0;
   };
   std::map<uint64_t, Carried> carried_;
   std::map<uint64_t, int64_t> stale_;  // token answered 409 (above etcd's max then) -> when first
@@ -311,7 +320,7 @@ void World::Issue(int i, uint64_t token) {
   n.thread->Post([this, req, &n] {
     req->issued = scheduler.NowNanos();
     Trace(req->issued, n.name + " request " + std::to_string(req->id) + " token " + std::to_string(req->token));
-    ++carried_[req->token].taken;
+    req->ordinal = ++carried_[req->token].taken;
     AdmitResult a = n.fence().Admit(req->token, *req);
     if (a.admission != Admission::kWaiting) {
       Answered(*req, a.admission, a.max_token);
@@ -320,10 +329,27 @@ void World::Issue(int i, uint64_t token) {
     req->waiting = true;
     // The request's deadline, as the session's (Config::RaiseWait with a fence store).
     const int64_t raise_wait = options.request_timeout_ns + options.ttl_seconds * kSecond + kSecond;
-    req->timeout = n.thread->After(raise_wait, [this, req, &n] {
-      if (!req->answered && n.fence().Abandon(*req)) Answered(*req, Admission::kUnavailable, 0);
-    });
+    req->last_word = scheduler.NowNanos() + raise_wait + options.ttl_seconds * kSecond;
+    req->timeout = n.thread->After(raise_wait, [this, req, &n] { GiveUp(*req, n); });
   });
+}
+
+// The request's deadline passed: as the session's, asks the fence again every 100 ms while it
+// holds the request (its raise in the store's hands, or committed as the membership lapsed)
+// until the last word (Config::HeldWait later).
+void World::GiveUp(Request& req, Node& n) {
+  if (req.answered) return;
+  const bool last_word = scheduler.NowNanos() >= req.last_word;
+  if (n.fence().Abandon(req, last_word)) {
+    // Held for a membership that was not renewed in time, with its token committed: counted
+    // apart (the promise's bounded exception), not as a refusal of the raise.
+    req.lapsed = last_word && !n.gate()->Open() && etcd_max_ == req.token;
+    if (req.lapsed) ++result.held_lapsed;
+    Answered(req, Admission::kUnavailable, 0);
+    return;
+  }
+  if (req.answered) return;
+  req.timeout = n.thread->After(100 * kMs, [this, &req, &n] { GiveUp(req, n); });
 }
 
 void World::Answered(Request& r, Admission admission, uint64_t max_token) {
@@ -347,12 +373,12 @@ void World::Answered(Request& r, Admission admission, uint64_t max_token) {
       Trace(now, "request " + std::to_string(r.id) + " token " + std::to_string(r.token) + ": 409 (max " +
                      std::to_string(max_token) + ")");
       if (etcd_max_ == r.token && max_token == r.token) Fail("token " + std::to_string(r.token) + " refused as stale at its own max");
-      ++carried_[r.token].refused;
+      Refused(r);
       if (r.token > etcd_max_) stale_.emplace(r.token, now);
       break;
     default: {
       ++result.refused_unavailable;
-      ++carried_[r.token].refused;
+      Refused(r);
       // A raise that failed: the request waited for it, and the membership is open (a closed one
       // refuses every write, a raise that went through included: that 503 says "not now").
       const Node* n = nodes[r.node] && incarnations[r.node] == r.incarnation ? nodes[r.node].get() : nullptr;
@@ -360,6 +386,21 @@ void World::Answered(Request& r, Admission admission, uint64_t max_token) {
       Trace(now, "request " + std::to_string(r.id) + " token " + std::to_string(r.token) + ": 503");
       break;
     }
+  }
+}
+
+void World::Refused(const Request& r) {
+  Carried& c = carried_[r.token];
+  ++c.refused;
+  if (r.lapsed) return;
+  // Taken before the token became the max, refused after while it still is and nothing higher is
+  // pending in etcd: if every one of those is refused, a refused token became the max all the
+  // same. (Refused once a higher raise is in etcd, they lost the lock before they could go: a
+  // newer holder exists, and a 409 says so.)
+  const bool superseded = etcd_max_ > r.token || (pending_ && pending_->token > r.token);
+  if (c.committed_at >= 0 && r.ordinal <= c.before && ++c.before_refused == c.before && !superseded) {
+    Fail("token " + std::to_string(r.token) + " became the max at t=" + std::to_string(double(c.committed_at - SimScheduler::kStartNanos) / 1e9) +
+         ", but every request carrying it taken by then was refused");
   }
 }
 
@@ -432,10 +473,14 @@ void World::OnEtcdWrite(const EtcdWrite& w) {
          " and then became the max");
   }
   // A refused raise never commits later: some request carrying the token is waiting for it.
-  if (const Carried& c = carried_[token]; c.refused == c.taken) {
+  Carried& c = carried_[token];
+  if (c.refused == c.taken) {
     Fail("token " + std::to_string(token) + " became the max, but all " + std::to_string(c.taken) +
          " requests carrying it were refused (409 or 503)");
   }
+  c.committed_at = w.time_ns;
+  c.before = c.taken;
+  c.before_refused = c.refused;
   for (auto [it, end] = unavailable_.equal_range(token); it != end; ++it) {
     if (it->second.member == pending_->member && it->second.at > pending_->at) {
       Fail("token " + std::to_string(token) + " was committed by the member that had answered its raise 503");

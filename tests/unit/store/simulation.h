@@ -46,6 +46,10 @@ struct SimulationResult {
   // Counts, for the long run's report.
   uint64_t writes_admitted = 0, refused_stale = 0, refused_unavailable = 0, raises_committed = 0;
   uint64_t faults = 0, backend_writes = 0, events = 0;
+  // Requests whose raise committed as their proxy's membership lapsed, and that were still held
+  // at their last word with the membership not renewed: 503 with their token the max (the
+  // bounded exception to the promise about refused tokens, design-notes.md "Refused tokens").
+  uint64_t held_lapsed = 0;
 };
 
 SimulationResult RunSimulation(const SimulationOptions& options);
