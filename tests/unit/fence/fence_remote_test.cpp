@@ -49,7 +49,14 @@ class Waiter final : public RaiseWaiter {
 
 class FenceRemoteTest : public testing::Test {
  protected:
-  void SetUp() override { gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000); }
+  void SetUp() override { OpenGate(); }
+  void OpenGate() { gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000); }
+  // w raises to 9, and the raise commits as this proxy's membership lapses.
+  void CommitAsTheGateCloses(Waiter& w) {
+    ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
+    gate_.Close();
+    store_.Answer(PersistResult::kDurable);
+  }
 
   FakeStore store_;
   std::atomic<bool> failed_{false};
@@ -373,14 +380,12 @@ TEST_F(FenceRemoteTest, TheGateClosesByItselfAtItsDeadline) {
 // closed, nor be told the raise failed (it did not). They are held until the gate opens.
 TEST_F(FenceRemoteTest, WaitersOfARaiseCommittedAfterTheGateClosedAreHeldAndGoOnceItOpens) {
   Waiter w;
-  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
-  gate_.Close();
-  store_.Answer(PersistResult::kDurable);
+  CommitAsTheGateCloses(w);
   EXPECT_TRUE(w.resolves.empty()) << "held, not refused: the raise committed";
   EXPECT_EQ(fence_.max_token(), 9u) << "the max is the store's word all the same";
   EXPECT_FALSE(fence_.Abandon(w)) << "still held while the gate is closed";
   EXPECT_FALSE(fence_.Idle());
-  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  OpenGate();
   EXPECT_FALSE(fence_.Abandon(w)) << "resolved, not given up";
   EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
   EXPECT_EQ(fence_.Snapshot().inflight, 1u);
@@ -388,10 +393,8 @@ TEST_F(FenceRemoteTest, WaitersOfARaiseCommittedAfterTheGateClosedAreHeldAndGoOn
 
 TEST_F(FenceRemoteTest, HeldRequestsGoWithTheFirstRequestAfterTheGateOpens) {
   Waiter w;
-  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
-  gate_.Close();
-  store_.Answer(PersistResult::kDurable);
-  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  CommitAsTheGateCloses(w);
+  OpenGate();
   EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kAdmitted);
   EXPECT_TRUE(w.Is(Admission::kAdmitted, 9));
   EXPECT_EQ(fence_.Snapshot().inflight, 2u);
@@ -399,11 +402,9 @@ TEST_F(FenceRemoteTest, HeldRequestsGoWithTheFirstRequestAfterTheGateOpens) {
 
 TEST_F(FenceRemoteTest, HeldRequestsAreStaleIfAHigherRaiseStoodInEtcdMeanwhile) {
   Waiter w;
-  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
-  gate_.Close();
-  store_.Answer(PersistResult::kDurable);
+  CommitAsTheGateCloses(w);
   fence_.RemotePending(12);  // read on registering again: its raiser need not wait for us
-  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  OpenGate();
   EXPECT_FALSE(fence_.Abandon(w));
   EXPECT_TRUE(w.Is(Admission::kStale, 12)) << "a newer holder exists: they lost the lock";
   EXPECT_EQ(fence_.Snapshot().inflight, 0u);
@@ -411,12 +412,10 @@ TEST_F(FenceRemoteTest, HeldRequestsAreStaleIfAHigherRaiseStoodInEtcdMeanwhile) 
 
 TEST_F(FenceRemoteTest, AHeldRequestGivenUpAtTheSessionsLastWordGoesNowhere) {
   Waiter w;
-  ASSERT_EQ(fence_.Admit(9, w).admission, Admission::kWaiting);
-  gate_.Close();
-  store_.Answer(PersistResult::kDurable);
+  CommitAsTheGateCloses(w);
   EXPECT_TRUE(fence_.Abandon(w, /*final=*/true));
   EXPECT_TRUE(w.resolves.empty());
-  gate_.OpenUntil(MembershipGate::NowNanos() + 3600'000'000'000);
+  OpenGate();
   EXPECT_EQ(fence_.AdmitWithoutWaiting(9).admission, Admission::kAdmitted);
   EXPECT_TRUE(w.resolves.empty()) << "given up: never resolved";
   EXPECT_EQ(fence_.Snapshot().inflight, 1u);
