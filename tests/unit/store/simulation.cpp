@@ -174,7 +174,7 @@ class World {
 
   // ---- the backend and the answers
   void Answered(Request& r, Admission admission, uint64_t max_token);
-  void Refused(const Request& r);  // answered 409 or 503
+  void Refused(const Request& r, Admission admission);  // answered 409 or 503
   void GiveUp(Request& req, Node& n);
   void Fail(const std::string& what) {
     if (!result.ok) return;
@@ -250,6 +250,7 @@ class World {
     int before = 0, before_refused = 0;
   };
   std::map<uint64_t, Carried> carried_;
+  uint64_t highest_taken_ = 0;  // the highest token a request carried to a proxy
   std::map<uint64_t, int64_t> stale_;  // token answered 409 (above etcd's max then) -> when first
   // Faults under way: what heals them.
   std::vector<std::unique_ptr<store::Scheduler::Timer>> heals_;
@@ -321,6 +322,7 @@ void World::Issue(int i, uint64_t token) {
     req->issued = scheduler.NowNanos();
     Trace(req->issued, n.name + " request " + std::to_string(req->id) + " token " + std::to_string(req->token));
     req->ordinal = ++carried_[req->token].taken;
+    highest_taken_ = std::max(highest_taken_, req->token);
     AdmitResult a = n.fence().Admit(req->token, *req);
     if (a.admission != Admission::kWaiting) {
       Answered(*req, a.admission, a.max_token);
@@ -373,12 +375,12 @@ void World::Answered(Request& r, Admission admission, uint64_t max_token) {
       Trace(now, "request " + std::to_string(r.id) + " token " + std::to_string(r.token) + ": 409 (max " +
                      std::to_string(max_token) + ")");
       if (etcd_max_ == r.token && max_token == r.token) Fail("token " + std::to_string(r.token) + " refused as stale at its own max");
-      Refused(r);
+      Refused(r, admission);
       if (r.token > etcd_max_) stale_.emplace(r.token, now);
       break;
     default: {
       ++result.refused_unavailable;
-      Refused(r);
+      Refused(r, admission);
       // A raise that failed: the request waited for it, and the membership is open (a closed one
       // refuses every write, a raise that went through included: that 503 says "not now").
       const Node* n = nodes[r.node] && incarnations[r.node] == r.incarnation ? nodes[r.node].get() : nullptr;
@@ -389,15 +391,16 @@ void World::Answered(Request& r, Admission admission, uint64_t max_token) {
   }
 }
 
-void World::Refused(const Request& r) {
+void World::Refused(const Request& r, Admission admission) {
   Carried& c = carried_[r.token];
   ++c.refused;
   if (r.lapsed) return;
-  // Taken before the token became the max, refused after while it still is and nothing higher is
-  // pending in etcd: if every one of those is refused, a refused token became the max all the
-  // same. (Refused once a higher raise is in etcd, they lost the lock before they could go: a
-  // newer holder exists, and a 409 says so.)
-  const bool superseded = etcd_max_ > r.token || (pending_ && pending_->token > r.token);
+  // Taken before the token became the max, refused after while it still is: if every one of
+  // those is refused, a refused token became the max all the same. Unless they lost the lock
+  // before they could go: a higher raise stood in etcd, or (a 409) a newer holder's token had
+  // reached a proxy; the 409 says so.
+  const bool superseded = etcd_max_ > r.token || (pending_ && pending_->token > r.token) ||
+                          (admission == Admission::kStale && highest_taken_ > r.token);
   if (c.committed_at >= 0 && r.ordinal <= c.before && ++c.before_refused == c.before && !superseded) {
     Fail("token " + std::to_string(r.token) + " became the max at t=" + std::to_string(double(c.committed_at - SimScheduler::kStartNanos) / 1e9) +
          ", but every request carrying it taken by then was refused");
