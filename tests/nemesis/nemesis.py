@@ -598,8 +598,9 @@ class Run:
             lines.append("none")
         if excused:
             lines += ["", "Excused, the known limits (stale, overlap: a proxy paused for longer "
-                      "than member_ttl between send and forward; refused_max: a raise committed "
-                      "as its proxy's membership lapsed, answered 503): %s"
+                      "than member_ttl between send and forward; refused_max: answered once the "
+                      "token was the max, 503 for a membership not renewed in time or 409 once "
+                      "a newer holder's raise stood): %s"
                       % json.dumps(excused_count)]
             for v in excused[:10]:
                 lines.append("- %s: %s" % (v["kind"], v["detail"]))
