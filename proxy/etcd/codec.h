@@ -3,8 +3,9 @@
 // bytes fields base64, int64 fields as JSON strings, zero values left out as proto3 does), kv.h's
 // types to and from that JSON, gRPC status codes by name, and Classify: the one rule that says
 // what an answer means to the caller (done, try the next endpoint, or authenticate again).
-// Nothing here does I/O; transport.h and watch_stream.h use it, and codec_test.cpp tests it. The
-// readers (response bodies -> kv.h) are in codec_read.cpp, the rest in codec.cpp.
+// Nothing here does I/O; connection_pool.h, transport.h and watch_stream.h use it, and
+// codec_test.cpp tests it. The readers (response bodies -> kv.h) are in codec_read.cpp, the rest
+// in codec.cpp.
 
 #include "etcd/kv.h"
 
@@ -152,7 +153,7 @@ struct Verdict {
   boost::json::object response;  // ok: the response (a stream message's "result")
 };
 
-// Everything the transport's endpoint loop and a watch decide about an answer comes from here.
+// Everything the pool's endpoint loop and a watch decide about an answer comes from here.
 // In order: no answer, a 5xx or UNAVAILABLE -> kNextEndpoint; an auth token error (UNAUTHENTICATED,
 // "invalid auth token", "revision of auth store is old", "user name is empty") -> kRenewAuth;
 // anything else is kFinal: ok for a 200 whose body (message) is a JSON object (with a "result"

@@ -1,7 +1,8 @@
 #pragma once
 // One connection to one etcd endpoint, plain TCP or TLS (OpenSSL through Boost.Asio's
-// ssl::stream), and the few reads and writes made on it. The transport (transport.h) pools them
-// and decides what to send; a watch (watch_stream.h) reads its own one as the body comes.
+// ssl::stream), and the few reads and writes made on it. The connection pool (connection_pool.h)
+// makes and keeps them and sends the transport's requests (transport.h) on them; a watch
+// (watch_stream.h) reads its own one as the body comes.
 //
 // https: the CA file (else the system's trust store), an optional client certificate (mutual
 // TLS), and server_name for SNI and the certificate's name check (the endpoint's host otherwise;
@@ -47,7 +48,7 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  size_t endpoint() const { return endpoint_; }  // its index in the transport's endpoints
+  size_t endpoint() const { return endpoint_; }  // its index in the pool's endpoints
   bool reused = false;                           // taken from the idle pool
 
   // Resolves (a host name), connects and, for https, shakes hands, all by deadline. Empty, or why

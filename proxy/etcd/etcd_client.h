@@ -4,24 +4,26 @@
 // gateway and not gRPC: docs/design-notes.md, "Lock-service clients: etcd over its JSON gateway".
 //
 // Layered as clientv3 is:
-//   codec.h         the gateway's JSON <-> kv.h's types, gRPC codes, Classify (what an answer means)
-//   connection.h    one plain or TLS connection
-//   transport.h     the pool, the endpoints in turn, the deadline, auth: how every request goes
-//   watch_stream.h  a watch's messages, from the connection the transport hands over
-//   etcd_client.h   this: the client's thread, and kv.h's calls as requests
+//   codec.h            the gateway's JSON <-> kv.h's types, gRPC codes, Classify (what an
+//                      answer means)
+//   connection.h       one plain or TLS connection
+//   connection_pool.h  the endpoints in turn, the idle connections: where a request goes
+//   transport.h        the deadline, cancellation, auth: how every request goes
+//   watch_stream.h     a watch's messages, from the connection the transport hands over
+//   etcd_client.h      this: the client's thread, and kv.h's calls as requests
 //
 // Threads: the client runs its own io_context on one thread of its own. Every method may be called
 // from any thread; it posts to that thread, and the callback runs there, exactly once and never
 // inside the call (kv.h), except after Stop (below). Callbacks must not block: they hold up every
 // other call of the client.
 //
-// Each call is one request of the transport (transport.h: one deadline, the config's timeout,
-// covering everything; the endpoints in turn with equal shares of it, starting with the last one
-// that worked; pooled connections, a stale one replaced once; auth renewed once). KeepAliveOnce is
-// one message of /v3/lease/keepalive, answered and ended by etcd like a unary call. A Watch has a
-// connection of its own with TCP keep-alive probes; only its start (up to the "created" message)
-// has the deadline, then it lasts until etcd, the connection, Cancel or Stop ends it
-// (watch_stream.h says what ends it how).
+// Each call is one request of the transport (transport.h, connection_pool.h: one deadline, the
+// config's timeout, covering everything; the endpoints in turn with equal shares of it, starting
+// with the last one that worked; pooled connections, a stale one replaced once; auth renewed
+// once). KeepAliveOnce is one message of /v3/lease/keepalive, answered and ended by etcd like a
+// unary call. A Watch has a connection of its own with TCP keep-alive probes; only its start (up
+// to the "created" message) has the deadline, then it lasts until etcd, the connection, Cancel or
+// Stop ends it (watch_stream.h says what ends it how).
 //
 // An answer that does not read as the call's response (a field of the wrong type, a key that is
 // not base64, a txn whose responses do not match its ops, no header.revision) is an error, never a
