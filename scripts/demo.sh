@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Quick start, command one: install what is missing, build, start the demo backend and
+# Quick start, command one: install what is missing, build the proxy, start the demo backend and
 # fencing-proxy in front of it, and show a stale write being refused.
 # Leaves both running until Ctrl-C when run from a terminal; exits after the demo otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+# Only what the demo runs: the proxy binary (the demo backend is Python). The unit tests are
+# built by scripts/test.sh; building them here would keep the first request waiting for minutes.
+FP_BUILD_TARGETS=fencing-proxy scripts/build.sh
 
 work=$(mktemp -d)
 mkdir -p "$work/demo-state"
