@@ -21,6 +21,10 @@ PROXY = "fencing-proxy"
 PROXY_UID = 65532
 LOOPBACK = {"127.0.0.1", "localhost", "[::1]"}
 WILDCARD = {"0.0.0.0", "[::]"}
+# The keys of the Secret cert-manager writes for a Certificate, and which route-file key reads
+# which of them.
+CERT_MANAGER_KEYS = {"tls.crt", "tls.key", "ca.crt"}
+TLS_FILES = {"cert_file": "tls.crt", "key_file": "tls.key", "client_ca_file": "ca.crt"}
 
 
 class Checker:
@@ -71,6 +75,14 @@ def resolve_port(container, port):
         if p.get("name") == port:
             return p.get("containerPort")
     return None
+
+
+def selects(selector, labels):
+    """Whether a label selector (matchLabels only; an empty one selects every pod) selects labels."""
+    selector = selector or {}
+    if selector.get("matchExpressions"):
+        return False
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
 
 
 def metric_names(text):
@@ -207,6 +219,8 @@ def check(objects, sidecar, readme, c):
         c.expect(resolve_port(proxy, get.get("port")) == admin_port,
                  "%s: %s must use the admin port %d, got %r" % (PROXY, probe_name, admin_port, get.get("port")))
         c.expect(get.get("path") == path, "%s: %s path must be %s, got %r" % (PROXY, probe_name, path, get.get("path")))
+        c.expect(get.get("scheme", "HTTP") == "HTTP",
+                 "%s: %s must be plain HTTP: the admin listener has no TLS" % (PROXY, probe_name))
     for _, ct in all_containers(pod):
         for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
             get = (ct.get(probe_name) or {}).get("httpGet")
@@ -236,6 +250,52 @@ def check(objects, sidecar, readme, c):
                      % svc["metadata"]["name"])
             c.expect(target == listen_port, "Service %s: targetPort %r is not the proxy's listen port %d"
                      % (svc["metadata"]["name"], target, listen_port))
+
+    tls = routes.get("tls")
+    plain_port = None
+    if routes.get("plain_listen"):
+        plain_host, plain_port = split_address(routes["plain_listen"])
+        if plain_host in LOOPBACK:
+            plain_port = None  # not reachable from outside the pod
+
+    c.group("NetworkPolicy: clients to the proxy's port, Prometheus to the admin port, nothing else")
+    policies = [p for p in by_kind.get("NetworkPolicy", []) if selects((p.get("spec") or {}).get("podSelector"), pod_labels)]
+    c.expect(policies, "no NetworkPolicy selects the pod: every port of it, the app's included if it ever binds the "
+                       "pod IP, is open to every pod")
+    admitted = set()
+    for policy in policies:
+        where = "NetworkPolicy %s" % policy["metadata"]["name"]
+        pspec = policy.get("spec") or {}
+        types = pspec.get("policyTypes") or (["Ingress"] + (["Egress"] if "egress" in pspec else []))
+        c.expect("Ingress" in types, "%s: policyTypes must include Ingress" % where)
+        for rule in pspec.get("ingress") or []:
+            if not c.expect(rule.get("ports"), "%s: an ingress rule without ports admits every port, the app's too" % where):
+                continue
+            for port in rule["ports"]:
+                number = port.get("port")
+                if not c.expect(isinstance(number, int), "%s: port %r must be a number (named ports of native sidecars "
+                                                         "are not resolved everywhere)" % (where, number)):
+                    continue
+                c.expect(port.get("protocol", "TCP") == "TCP", "%s: port %d: only TCP is served" % (where, number))
+                numbers = set(range(number, port.get("endPort", number) + 1))
+                c.expect(backend_port not in numbers, "%s admits the backend port %s: a path around the fence"
+                         % (where, backend_port))
+                c.expect(plain_port is None or plain_port not in numbers,
+                         "%s admits plain_listen's port %s: it is for the kubelet only" % (where, plain_port))
+                others = sorted(numbers - {listen_port, admin_port, backend_port, plain_port})
+                c.expect(not others, "%s admits port %s, neither the proxy's (%d) nor the admin port (%d)"
+                         % (where, "-".join(str(n) for n in sorted({others[0], others[-1]})) if others else "",
+                            listen_port, admin_port))
+                if admin_port in numbers:
+                    c.expect(rule.get("from"), "%s: the admin port is open to every source: admit Prometheus only"
+                             % where)
+                admitted |= numbers
+    if policies:
+        c.expect(listen_port in admitted, "no NetworkPolicy admits clients to the proxy's port %d" % listen_port)
+        c.expect(admin_port in admitted, "no NetworkPolicy admits Prometheus to the admin port %d" % admin_port)
+
+    if tls is not None:
+        check_tls(c, routes, tls, by_kind, pod, proxy, apps, mounts, volumes, listen_port, plain_port, services)
 
     state_dir = posixpath.dirname(routes["state_file"]) if store is None else None
     if state_dir is not None:
@@ -310,7 +370,8 @@ def check(objects, sidecar, readme, c):
     wanted_alerts = {"FencingProxyDown", "FencingProxyStateWriteFailing", "FencingProxyConfigReloadFailing",
                      "FencingProxyStaleRejectionsHigh", "FencingProxyRaiseWaitHigh", "FencingProxyUpstreamErrorsHigh",
                      "FencingProxyConnectionsNearMax", "FencingProxyLockServiceUnavailable",
-                     "FencingProxyUnverifiedRaises", "FencingProxyFenceStoreUnavailable"}
+                     "FencingProxyUnverifiedRaises", "FencingProxyFenceStoreUnavailable",
+                     "FencingProxyCertificateExpiringSoon", "FencingProxyCertificateReloadFailing"}
     seen = set()
     for rule_obj in rules:
         for group in rule_obj["spec"].get("groups") or []:
@@ -332,7 +393,8 @@ def check(objects, sidecar, readme, c):
                       "fencing_proxy_state_sync_seconds", "fencing_proxy_upstream_request_seconds",
                       "fencing_proxy_inflight_requests", "fencing_proxy_connections",
                       "fencing_proxy_lock_service_requests_total", "fencing_proxy_lock_service_seconds",
-                      "fencing_proxy_fence_store_members", "fencing_proxy_fence_store_seconds"}
+                      "fencing_proxy_fence_store_members", "fencing_proxy_fence_store_seconds",
+                      "fencing_proxy_tls_handshakes_total", "fencing_proxy_tls_certificate_expiry_timestamp_seconds"}
     for cm in dashboards:
         for key, text in (cm.get("data") or {}).items():
             try:
@@ -351,6 +413,88 @@ def check(objects, sidecar, readme, c):
                     used |= metric_names(t.get("expr", ""))
                     check_names(t.get("expr", ""), "dashboard panel %r" % p.get("title"))
             c.expect(wanted_metrics <= used, "dashboard %s: no panel for %s" % (key, ", ".join(sorted(wanted_metrics - used))))
+
+
+def check_tls(c, routes, tls, by_kind, pod, proxy, apps, mounts, volumes, listen_port, plain_port, services):
+    c.group("TLS: the certificate Secret mounted read-only where the route file names it")
+    if not c.expect(isinstance(tls, dict), "tls must be a mapping"):
+        return
+    certificates = {(o.get("spec") or {}).get("secretName"): o for o in by_kind.get("Certificate", [])}
+    secrets = {o["metadata"]["name"]: o for o in by_kind.get("Secret", [])}
+    c.expect(tls.get("cert_file") and tls.get("key_file"), "tls needs cert_file and key_file")
+    checked_volumes = set()
+    for key, secret_key in TLS_FILES.items():
+        path = tls.get(key)
+        if not path:
+            continue
+        directory, name = posixpath.split(path)
+        mount = mounts.get(directory)
+        if not c.expect(mount, "%s: nothing mounted at %s (tls.%s's directory)" % (PROXY, directory, key)):
+            continue
+        first = mount["name"] not in checked_volumes
+        checked_volumes.add(mount["name"])
+        c.expect(not first or mount.get("readOnly") is True,
+                 "%s: the certificate mount at %s must be readOnly" % (PROXY, directory))
+        secret = volumes.get(mount["name"], {}).get("secret")
+        if not c.expect(secret, "%s: %s must be a Secret volume (tls.%s)" % (PROXY, directory, key)):
+            continue
+        secret_name = secret.get("secretName")
+        if secret_name in secrets:
+            keys = set((secrets[secret_name].get("data") or {})) | set((secrets[secret_name].get("stringData") or {}))
+        elif c.expect(secret_name in certificates,
+                      "Secret %s (tls.%s) is neither in the manifests nor a cert-manager Certificate's secretName"
+                      % (secret_name, key)):
+            keys = CERT_MANAGER_KEYS
+        else:
+            continue
+        if secret.get("items"):
+            files = {item.get("path"): item for item in secret["items"]}
+        else:
+            files = {k: {"key": k} for k in keys}
+        item = files.get(name)
+        if not c.expect(item, "tls.%s: %s is not a file of Secret %s's volume (it has %s)"
+                        % (key, path, secret_name, ", ".join(sorted(files)))):
+            continue
+        c.expect(item["key"] in keys, "tls.%s: Secret %s has no key %s" % (key, secret_name, item["key"]))
+        c.expect(item["key"] == secret_key, "tls.%s reads the Secret's %s, expected %s" % (key, item["key"], secret_key))
+        mode = item.get("mode", secret.get("defaultMode", 0o644))
+        c.expect(mode & 0o007 == 0 or (not first and "items" not in secret),
+                 "Secret volume %s: mode %o lets every user in the container read %s" % (mount["name"], mode, name))
+    for cert in by_kind.get("Certificate", []):
+        where = "Certificate %s" % cert["metadata"]["name"]
+        spec = cert.get("spec") or {}
+        c.expect((spec.get("issuerRef") or {}).get("name"), "%s: issuerRef.name is empty" % where)
+        usages = spec.get("usages")
+        c.expect(usages is None or "server auth" in usages, "%s: usages must include server auth" % where)
+        for svc in services:
+            c.expect(svc["metadata"]["name"] in (spec.get("dnsNames") or []),
+                     "%s: dnsNames must name Service %s, which clients connect to" % (where, svc["metadata"]["name"]))
+
+    c.group("TLS: who may write, and the plain port")
+    mode = tls.get("client_certificate", "require" if tls.get("client_ca_file") else None)
+    c.expect(mode in (None, "require", "optional"), "tls.client_certificate must be require or optional, got %r" % mode)
+    c.expect(mode is None or tls.get("client_ca_file"), "tls.client_certificate needs tls.client_ca_file")
+    for route in routes.get("routes") or []:
+        c.expect(not route.get("writers") or tls.get("client_ca_file"),
+                 "route %s: writers needs tls.client_ca_file (nobody has an identity without it)" % route.get("name"))
+        # A plain listener on the pod IP carries no identity: only writers keeps fenced writes off it.
+        c.expect(plain_port is None or route.get("writers"),
+                 "route %s has no writers: fenced writes without a client certificate get through plain_listen's "
+                 "port %d" % (route.get("name"), plain_port or 0))
+    ports = {p.get("containerPort") for p in proxy.get("ports") or []}
+    c.expect(plain_port is None or plain_port in ports, "%s: containerPort %s (plain_listen) not declared" % (PROXY, plain_port))
+    for ct in apps:
+        for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            get = (ct.get(probe_name) or {}).get("httpGet")
+            if not get:
+                continue
+            port = resolve_port(ct, get.get("port")) or resolve_port(proxy, get.get("port"))
+            if port == listen_port:
+                c.expect(mode != "require", "%s: %s goes through the TLS port, but the kubelet has no client certificate "
+                                            "(client_certificate: require): probe through plain_listen" % (ct["name"], probe_name))
+                c.expect(get.get("scheme") == "HTTPS", "%s: %s on the TLS port needs scheme HTTPS" % (ct["name"], probe_name))
+            elif port is not None and port == plain_port:
+                c.expect(get.get("scheme", "HTTP") == "HTTP", "%s: %s on plain_listen must be HTTP" % (ct["name"], probe_name))
 
 
 def _pod(objects):
@@ -399,6 +543,62 @@ MUTATIONS = {
                                                for ct in _pod(o)["containers"] if ct["name"] != PROXY],
 }
 
+def _network_policy(objects, edit):
+    for obj in objects:
+        if obj.get("kind") == "NetworkPolicy":
+            edit(obj["spec"])
+
+
+def _admin_rule(spec):
+    return next(r for r in spec["ingress"] if any(p.get("port") == 9901 for p in r.get("ports") or []))
+
+
+def _tls_volume(objects):
+    return next(v for v in _pod(objects)["volumes"] if "secret" in v)
+
+
+def _tls_mount(objects):
+    name = _tls_volume(objects)["name"]
+    return next(m for m in _proxy(objects)["volumeMounts"] if m["name"] == name)
+
+
+def _app(objects):
+    return next(ct for ct in _pod(objects)["containers"] if ct["name"] != PROXY)
+
+
+MUTATIONS.update({
+    "no NetworkPolicy": lambda o: o.__setitem__(slice(None), [x for x in o if x.get("kind") != "NetworkPolicy"]),
+    "NetworkPolicy admits the backend port": lambda o: _network_policy(
+        o, lambda s: s["ingress"][0]["ports"].append({"port": 8081, "protocol": "TCP"})),
+    "NetworkPolicy rule without ports": lambda o: _network_policy(o, lambda s: s["ingress"][0].pop("ports")),
+    "NetworkPolicy admits a port range": lambda o: _network_policy(
+        o, lambda s: s["ingress"][0]["ports"][0].__setitem__("endPort", 9000)),
+    "admin port open to every source": lambda o: _network_policy(o, lambda s: _admin_rule(s).pop("from")),
+    "NetworkPolicy without Ingress": lambda o: _network_policy(o, lambda s: s.__setitem__("policyTypes", ["Egress"])),
+})
+
+# Only with tls: in the route file (components/tls).
+TLS_MUTATIONS = {
+    "certificate Secret mounted writable": lambda o: _tls_mount(o).__setitem__("readOnly", False),
+    "certificate Secret mounted elsewhere": lambda o: _tls_mount(o).__setitem__("mountPath", "/etc/tls"),
+    "route file names a file the Secret lacks": lambda o: _routes(
+        o, lambda t: t.replace("/etc/fencing-proxy-tls/tls.key", "/etc/fencing-proxy-tls/server.key")),
+    "cert_file reads the CA": lambda o: _tls_volume(o)["secret"].__setitem__(
+        "items", [{"key": "ca.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"},
+                  {"key": "ca.crt", "path": "ca.crt"}]),
+    "key readable by every user": lambda o: _tls_volume(o)["secret"].__setitem__("defaultMode", 0o644),
+    "Secret of no Certificate": lambda o: _tls_volume(o)["secret"].__setitem__("secretName", "other-tls"),
+    "Certificate without the Service's name": lambda o: [
+        x["spec"].__setitem__("dnsNames", ["example.com"]) for x in o if x.get("kind") == "Certificate"],
+    "a route without writers beside plain_listen": lambda o: _routes(
+        o, lambda t: re.sub(r"(?m)^ *writers: .*\n", "", t)),
+    "NetworkPolicy admits the plain port": lambda o: _network_policy(
+        o, lambda s: s["ingress"][0]["ports"].append({"port": 8080, "protocol": "TCP"})),
+    "app probed through the TLS port": lambda o: _app(o)["readinessProbe"]["httpGet"].update(
+        {"port": 8443, "scheme": "HTTPS"}),
+    "admin probe over HTTPS": lambda o: _proxy(o)["livenessProbe"]["httpGet"].__setitem__("scheme", "HTTPS"),
+}
+
 # Only for a state file (one pod, its volume) or only for a fence store (etcd, no volume).
 STATE_FILE_MUTATIONS = {"RollingUpdate", "state on an emptyDir"}
 FENCE_STORE_MUTATIONS = {
@@ -411,20 +611,23 @@ FENCE_STORE_MUTATIONS = {
 }
 
 
-def _uses_fence_store(objects):
+def _route_keys(objects):
     for obj in objects:
         if obj.get("kind") == "ConfigMap" and "routes.yaml" in (obj.get("data") or {}):
-            return "fence_store" in (yaml.safe_load(obj["data"]["routes.yaml"]) or {})
-    return False
+            return set(yaml.safe_load(obj["data"]["routes.yaml"]) or {})
+    return set()
 
 
 def self_test(objects, sidecar, readme):
     failures = []
-    if _uses_fence_store(objects):
+    keys = _route_keys(objects)
+    if "fence_store" in keys:
         mutations = {k: v for k, v in MUTATIONS.items() if k not in STATE_FILE_MUTATIONS}
         mutations.update(FENCE_STORE_MUTATIONS)
     else:
-        mutations = MUTATIONS
+        mutations = dict(MUTATIONS)
+    if "tls" in keys:
+        mutations.update(TLS_MUTATIONS)
     for name, mutate in mutations.items():
         broken = copy.deepcopy(objects)
         mutate(broken)

@@ -3,8 +3,8 @@
 //
 //   node check.js OBJECTS.json OUT.ts
 //
-// 1. Validates every object with the kubernetes-models / prometheus-operator models (types,
-//    required fields, enums, formats): exit 1 on the first invalid object.
+// 1. Validates every object with the kubernetes-models / prometheus-operator / cert-manager
+//    models (types, required fields, enums, formats): exit 1 on the first invalid object.
 // 2. Writes OUT.ts, which assigns each object, as an object literal, to its model's interface.
 //    `tsc --noEmit` on it then refuses any field the API does not define (a misspelt
 //    `readinesProbe` is an error, not a silently ignored key), which the models' own
@@ -23,6 +23,7 @@ const MODELS = {
   "policy/v1 PodDisruptionBudget": "kubernetes-models/policy/v1/PodDisruptionBudget",
   "monitoring.coreos.com/v1 PodMonitor": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor",
   "monitoring.coreos.com/v1 PrometheusRule": "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule",
+  "cert-manager.io/v1 Certificate": "@kubernetes-models/cert-manager/cert-manager.io/v1/Certificate",
 };
 
 function main() {
