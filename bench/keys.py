@@ -40,7 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run import (BenchError, Interrupted, finish_standalone, find_tool, supervised, free_ports, start_nginx_backend,  # noqa: E402
-                 http_get, http_put, log, render, vm_status, _LABEL, _SAMPLE, LUA_DIR, REPO,
+                 http_get, http_put, log, render, scrape_metrics, vm_status, LUA_DIR, REPO,
                  PROC_TIMEOUT)
 
 SIDE_TOKEN = 1000
@@ -78,18 +78,7 @@ def side_client(argv):
 # ---------------------------------------------------------------------------------------------
 
 def metrics(admin_port):
-    status, body = http_get(admin_port, "/metrics", timeout=10.0)
-    if status != 200:
-        raise BenchError("/metrics answered %d" % status)
-    out = {}
-    for line in body.decode("utf-8", "replace").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            labels = tuple(sorted(_LABEL.findall(m.group(2) or "")))
-            out[(m.group(1), labels)] = float(m.group(3))
-    return out
+    return scrape_metrics(admin_port, timeout=10.0)
 
 
 def metric(samples, name, **labels):

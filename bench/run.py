@@ -38,6 +38,11 @@ import time
 
 from disk_probe import append_fdatasync_rate  # bench/, the script's own directory
 
+try:  # Debian's python3-prometheus-client (ensure_packages installs it)
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:
+    text_string_to_metric_families = None
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LUA_DIR = os.path.join(HERE, "lua")
@@ -75,6 +80,8 @@ PROC_TIMEOUT = 10.0       # seconds for a process to start or stop
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PACKAGES = {"nginx": "nginx", "haproxy": "haproxy", "wrk": "wrk", "strace": "strace",
             "taskset": "util-linux"}
+PARSER_PACKAGE = "python3-prometheus-client"   # /metrics is read with its parser
+DEBIAN_PYTHON = "/usr/bin/python3"             # the python that Debian's python3-* packages are for
 
 
 class BenchError(RuntimeError):
@@ -219,10 +226,35 @@ def wrk_result(sup, proc, out, seconds):
     return r
 
 
+def import_parser():
+    global text_string_to_metric_families
+    if text_string_to_metric_families is None:
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError:
+            pass
+    return text_string_to_metric_families is not None
+
+
+def debian_python():
+    return os.path.realpath(sys.executable) == os.path.realpath(DEBIAN_PYTHON)
+
+
+def parser_missing():
+    return BenchError("reading /metrics needs %s (apt-get install -y %s; scripts/install-deps.sh --with-tests "
+                      "installs it)%s" % (PARSER_PACKAGE, PARSER_PACKAGE, "" if debian_python() else
+                                          ", imported by Debian's %s: this is %s (bench/run.sh uses %s)"
+                                          % (DEBIAN_PYTHON, sys.executable, DEBIAN_PYTHON)))
+
+
 def ensure_packages(allow_install):
     missing = sorted({pkg for tool, pkg in PACKAGES.items() if not find_tool(tool)})
+    if not import_parser():
+        missing.append(PARSER_PACKAGE)
     if not missing:
         return
+    if missing == [PARSER_PACKAGE] and not debian_python():
+        raise parser_missing()   # installing it would not help this python
     if not allow_install:
         raise BenchError("missing Debian packages: %s (drop --no-install, or apt-get install -y %s)"
                          % (", ".join(missing), " ".join(missing)))
@@ -242,6 +274,8 @@ def ensure_packages(allow_install):
     still = sorted({pkg for tool, pkg in PACKAGES.items() if not find_tool(tool)})
     if still:
         raise BenchError("still missing after apt-get install: %s" % ", ".join(still))
+    if not import_parser():
+        raise parser_missing()
 
 
 def free_ports(n):
@@ -389,24 +423,26 @@ def cpu_model():
 
 
 # ---------------------------------------------------------------------------------------------
-# Prometheus text (fencing-proxy's /metrics)
+# Prometheus text (fencing-proxy's /metrics), read with prometheus_client's parser
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+def scrape_metrics(admin_port, timeout=5.0):
+    """fencing-proxy's /metrics -> {(sample name, sorted (label, value) pairs): value}."""
+    if not import_parser():
+        raise parser_missing()
+    status, body = http_get(admin_port, "/metrics", timeout=timeout)
+    if status != 200:
+        raise BenchError("fencing-proxy /metrics answered %d" % status)
+    try:
+        families = list(text_string_to_metric_families(body.decode("utf-8", "replace")))
+    except ValueError as e:
+        raise BenchError("fencing-proxy /metrics is not Prometheus text: %s" % e)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
 
 
 def fencing_counters(admin_port):
-    status, body = http_get(admin_port, "/metrics", timeout=5.0)
-    if status != 200:
-        raise BenchError("fencing-proxy /metrics answered %d" % status)
     out = {"syncs": 0.0, "sync_seconds": 0.0, "raises": 0.0, "outcomes": {}}
-    for line in body.decode("utf-8", "replace").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+    for (name, labels), value in scrape_metrics(admin_port).items():
+        labels = dict(labels)
         if name == "fencing_proxy_state_sync_seconds_count":
             out["syncs"] += value
         elif name == "fencing_proxy_state_sync_seconds_sum":

@@ -5,4 +5,8 @@
 # bench/run.py does the work and stops every process it started, by PID, on any exit (its
 # signal handlers and atexit are the trap); exec keeps signals going straight to it.
 set -euo pipefail
-exec python3 "$(dirname "$0")/run.py" "$@"
+# Debian's python3, whose python3-prometheus-client reads /metrics, even when another python3
+# comes first in PATH.
+python=python3
+[ -x /usr/bin/python3 ] && python=/usr/bin/python3
+exec "$python" "$(dirname "$0")/run.py" "$@"

@@ -50,7 +50,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run import (BenchError, Interrupted, finish_standalone, find_tool, supervised, free_ports, start_nginx_backend,  # noqa: E402
-                 http_get, log, _LABEL, _SAMPLE, REPO, PROC_TIMEOUT)
+                 http_get, log, scrape_metrics, REPO, PROC_TIMEOUT)
 
 # The lock services are started by the integration tests' own code.
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -79,17 +79,7 @@ def summary_ms(seconds):
 
 
 def scrape(admin_port):
-    status, body = http_get(admin_port, "/metrics", timeout=10.0)
-    if status != 200:
-        raise BenchError("/metrics answered %d" % status)
-    out = {}
-    for line in body.decode("utf-8", "replace").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            out[(m.group(1), tuple(sorted(_LABEL.findall(m.group(2) or ""))))] = float(m.group(3))
-    return out
+    return scrape_metrics(admin_port, timeout=10.0)
 
 
 def metric(samples, name, **labels):

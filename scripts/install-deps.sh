@@ -25,11 +25,15 @@ test_packages=(
   nodejs golang-go nginx haproxy
 )
 
-# deploy/validate: promtool (in Debian's prometheus), yamllint, and PyYAML for the manifest checks.
-deploy_packages=(prometheus yamllint python3-yaml)
+# deploy/validate: promtool (in Debian's prometheus), yamllint, PyYAML for the manifest checks,
+# and openssl for the certificates of the TLS route file's checks.
+deploy_packages=(prometheus yamllint python3-yaml openssl)
+
+# The benchmark (bench/run.sh; it installs its load tools itself): the parser it reads /metrics with.
+bench_packages=(python3-prometheus-client)
 
 case "${1:-}" in
-  --with-tests) packages+=("${test_packages[@]}" "${deploy_packages[@]}") ;;
+  --with-tests) packages+=("${test_packages[@]}" "${deploy_packages[@]}" "${bench_packages[@]}") ;;
   "") ;;
   *) echo "usage: $0 [--with-tests]" >&2; exit 2 ;;
 esac
