@@ -76,6 +76,13 @@ struct RouteConfig {
   std::chrono::milliseconds forget_idle_keys_after{0};  // 0: never; only with kGlobal
   // Every route naming the fence agrees on it (a config error otherwise).
   VerifySpec verify;
+  // Who may send the route's fenced methods (contract "Transport security"): client identities
+  // from verified certificates, each exact or a prefix ending in '*'. Empty: anyone. Needs
+  // tls.client_ca_file (a config error otherwise).
+  std::vector<std::string> writers;
+  // The field the client's identities reach the backend in; empty: none. Any field of that name
+  // the client sent is dropped.
+  std::string identity_header;
 };
 
 // A client of a lock service (contract "Verified raises"; the etcd client also carries shared
@@ -129,6 +136,30 @@ struct FenceStoreConfig {
   bool operator==(const FenceStoreConfig&) const = default;
 };
 
+// A position in the route file, kept for values whose problems show only once the proxy acts on
+// them (a TLS file that does not load), so those are reported as FILE:LINE:COL too.
+struct ConfigPosition {
+  int line = 0;
+  int column = 0;
+};
+
+// TLS on `listen` (contract "Transport security"). The files are read by the TLS module (proxy/
+// tls/) at start-up, by --check, and again whenever they change; the loader checks only the
+// values.
+struct ListenTlsConfig {
+  enum class ClientCertificate { kRequire, kOptional };
+  enum class Version { k1_2, k1_3 };
+  std::string cert_file;       // PEM: the leaf first, then its intermediates
+  std::string key_file;        // PEM private key of the leaf, unencrypted
+  std::string client_ca_file;  // PEM CAs of client certificates; empty: none is asked for
+  ClientCertificate client_certificate = ClientCertificate::kRequire;  // with client_ca_file
+  Version min_version = Version::k1_2;
+  // Where each file is named in the route file, for the errors of loading it.
+  ConfigPosition cert_file_at, key_file_at, client_ca_file_at;
+
+  bool asks_client_certificate() const { return !client_ca_file.empty(); }
+};
+
 struct Timeouts {
   std::chrono::milliseconds connect{2000};
   std::chrono::milliseconds request{30000};
@@ -150,6 +181,8 @@ struct ProxyConfig {
   std::string source_path;  // the file it was loaded from
   HostPort listen{"0.0.0.0", 8080};
   HostPort admin_listen{"127.0.0.1", 9901};
+  std::optional<ListenTlsConfig> tls;    // TLS on listen; absent: plain HTTP
+  std::optional<HostPort> plain_listen;  // a second listener, plain HTTP, beside a TLS listen
   HostPort backend;          // from backend: "http://host:port" (port defaults to 80)
   std::string backend_url;   // as written
   std::string state_file;    // empty when fence_store is set (they exclude each other)

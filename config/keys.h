@@ -17,7 +17,7 @@ class Loader;  // the YAML walk (loader.cpp)
 struct Entry;  // one key: value of a mapping
 }  // namespace config_internal
 
-enum class KeySection { kTop, kTimeouts, kLimits, kRoute };
+enum class KeySection { kTop, kTimeouts, kLimits, kTls, kRoute };
 
 struct ConfigKey {
   KeySection section;
@@ -47,7 +47,7 @@ struct ConfigKey {
   void (*load)(config_internal::Loader& loader, const config_internal::Entry& entry, const std::string& path) =
       nullptr;
 
-  // "listen", "timeouts.connect", "limits.max_connections", "routes[].prefix".
+  // "listen", "timeouts.connect", "limits.max_connections", "tls.cert_file", "routes[].prefix".
   std::string Path() const;
 };
 
@@ -64,7 +64,7 @@ struct NestedConfigKeys {
 };
 std::span<const NestedConfigKeys> NestedKeys();
 
-// "" for the top level, else "timeouts", "limits", "routes".
+// "" for the top level, else "timeouts", "limits", "tls", "routes".
 std::string_view SectionName(KeySection section);
 
 }  // namespace fencing

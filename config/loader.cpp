@@ -75,6 +75,20 @@ std::string Quote(std::string_view value) {
   return out + "'";
 }
 
+// A field name the proxy reads or writes itself (CheckProxyFieldName), for Loader::Checked.
+std::string ProxyFieldName(std::string_view text, std::string* out) {
+  std::string problem = CheckProxyFieldName(text);
+  if (problem.empty()) *out = std::string(text);
+  return problem;
+}
+
+// Whether two files agree on one tls setting (a file without tls agrees with any: the "tls" key
+// itself tells whether both have it).
+template <typename Field>
+bool TlsField(const ProxyConfig& a, const ProxyConfig& b, Field ListenTlsConfig::*field) {
+  return !a.tls || !b.tls || (*a.tls).*field == (*b.tls).*field;
+}
+
 }  // namespace
 
 namespace config_internal {
@@ -372,6 +386,7 @@ class Loader {
     CheckFenceStoreUse(*config);
     CheckKeyHeaders(*config);
     CheckVerifyServices(*config);
+    CheckListenTls(*config);
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
                    top_.backend_at.value_or(root_at));
   }
@@ -436,6 +451,78 @@ class Loader {
       Error(backend_at, "backend " + c.backend.ToString() + " is the proxy's own listen address");
     } else if (backend_ok && admin_ok && loops(c.backend, c.admin_listen)) {
       Error(backend_at, "backend " + c.backend.ToString() + " is the proxy's own admin_listen address");
+    } else if (backend_ok && c.plain_listen && loops(c.backend, *c.plain_listen)) {
+      Error(backend_at, "backend " + c.backend.ToString() + " is the proxy's own plain_listen address");
+    }
+    if (!c.plain_listen || !top_.plain_at) return;
+    if (listen_ok && collide(c.listen, *c.plain_listen)) {
+      Error(*top_.plain_at, "plain_listen " + c.plain_listen->ToString() + " collides with listen " +
+                                c.listen.ToString() + "; they must be different addresses");
+    } else if (admin_ok && collide(c.admin_listen, *c.plain_listen)) {
+      Error(*top_.plain_at, "plain_listen " + c.plain_listen->ToString() + " collides with admin_listen " +
+                                c.admin_listen.ToString() + "; they must be different addresses");
+    }
+  }
+
+  // tls: {cert_file, key_file, client_ca_file, client_certificate, min_version}. The keys are the
+  // table's (KeySection::kTls); what they need of each other is checked in CheckListenTls.
+  void LoadListenTls(const Entry& e, const std::string& path) {
+    top_.tls_at = e.key_at;
+    if (!e.value.IsMap()) {
+      Error(At(e.value, e.key_at), path + ": expected a mapping with cert_file and key_file (TLS on listen), got " +
+                                       Describe(e.value));
+      return;
+    }
+    config_->tls.emplace();
+    Walk(e.value, KeySection::kTls, path, At(e.value));
+  }
+
+  // A file the TLS module reads: a non-empty path, and where it is written (for the errors of
+  // loading it, which come later).
+  void TlsFile(const Entry& e, const std::string& path, std::string* out, ConfigPosition* at) {
+    const Position where = At(e.value, e.key_at);
+    *at = ConfigPosition{where.line, where.column};
+    NonEmpty(e, path, out);
+  }
+
+  // What the tls keys and the keys that rest on them need of each other: client_certificate says
+  // how to ask for a certificate, so it needs the CAs that sign them; a route's writers are
+  // identities from verified client certificates; plain_listen is the listener beside a TLS one.
+  void CheckListenTls(const ProxyConfig& c) {
+    // Written, if perhaps in error (an error of its own then, not one more here).
+    const bool client_ca = c.tls && c.tls->client_ca_file_at.line != 0;
+    const bool tls_in_error = top_.tls_at && !c.tls;
+    if (top_.client_certificate_at && c.tls && !client_ca) {
+      Error(*top_.client_certificate_at, "tls.client_certificate: needs tls.client_ca_file, the CAs that sign the "
+                                         "client certificates to ask for");
+    }
+    if (top_.plain_at && top_.plain_ok && !top_.tls_at) {
+      Error(*top_.plain_at, "plain_listen: is the plain-HTTP listener beside a TLS listen; without tls, listen is "
+                            "plain HTTP already (add tls, or remove plain_listen)");
+    }
+    for (size_t i = 0; i < c.routes.size() && i < route_keys_.size(); ++i) {
+      const RouteConfig& route = c.routes[i];
+      const RouteKeys& at = route_keys_[i];
+      if (!route.writers.empty() && !client_ca && !tls_in_error && at.writers_at) {
+        Error(*at.writers_at, at.where + ".writers: needs tls.client_ca_file: writers are identities from verified "
+                                         "client certificates, and without client_ca_file no client has one");
+      }
+      if (route.identity_header.empty() || !at.identity_header_at) continue;
+      const std::string path = at.where + ".identity_header";
+      if (EqualsIgnoreCase(route.identity_header, c.token_header)) {
+        Error(*at.identity_header_at, path + ": '" + route.identity_header + "' is the token_header; the identity "
+                                             "and the token must be different fields");
+        continue;
+      }
+      for (const RouteConfig& other : c.routes) {
+        if (other.fence_key.source == FenceKeySpec::Source::kHeader &&
+            EqualsIgnoreCase(route.identity_header, other.fence_key.header)) {
+          Error(*at.identity_header_at, path + ": '" + route.identity_header + "' is route '" + other.name +
+                                            "' fence_key header; the identity and a fence key must be different "
+                                            "fields");
+          break;
+        }
+      }
     }
   }
 
@@ -502,7 +589,8 @@ class Loader {
         }
         route_keys_.push_back(RouteKeys{where, route.name, route.fence, route_at, route_.fence_key_at, route_.header_at,
                                         route_.max_keys_at, route_.token_order_at, route_.forget_at, route_.verify_at,
-                                        route_.verify_service_at, route_.verify_lock_at});
+                                        route_.verify_service_at, route_.verify_lock_at, route_.writers_at,
+                                        route_.identity_header_at});
         config_->routes.push_back(std::move(route));
       }
     }
@@ -903,6 +991,46 @@ class Loader {
     return Checked(e, path, check, out);
   }
 
+  // writers: a non-empty list of distinct identities (CheckWriter). Whether the file asks for
+  // client certificates at all is checked once the whole file is read (CheckListenTls).
+  void LoadWriters(const Entry& e, const std::string& path) {
+    route_.writers_at = At(e.value, e.key_at);
+    if (!e.value.IsSequence()) {
+      Error(At(e.value, e.key_at), path + ": expected a list of identities such as "
+                                          "[\"spiffe://cluster.local/ns/shop/sa/writer\", \"dns:batch.shop.svc\"], got " +
+                                          Describe(e.value));
+      route_.ok = false;
+      return;
+    }
+    if (e.value.size() == 0) {
+      Error(At(e.value), path + ": must list at least one identity (leave writers out to let any client write)");
+      route_.ok = false;
+      return;
+    }
+    std::vector<std::string> writers;
+    for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+      const YAML::Node item = *it;
+      if (!item.IsScalar()) {
+        Error(At(item), path + ": expected an identity, got " + Describe(item));
+        route_.ok = false;
+        continue;
+      }
+      const std::string writer = item.Scalar();
+      if (const std::string problem = CheckWriter(writer); !problem.empty()) {
+        Error(At(item), path + ": " + problem + " (got " + Quote(writer) + ")");
+        route_.ok = false;
+        continue;
+      }
+      if (std::find(writers.begin(), writers.end(), writer) != writers.end()) {
+        Error(At(item), path + ": duplicate identity " + Quote(writer));
+        route_.ok = false;
+        continue;
+      }
+      writers.push_back(writer);
+    }
+    if (route_.ok) route_.route.writers = std::move(writers);
+  }
+
   // verify: {service: NAME, lock: "..."}. Whether the service exists, and what its kind asks of
   // the lock, is checked once the whole file is read (lock_services may come after routes).
   void LoadVerify(const Entry& e, const std::string& path) {
@@ -1177,9 +1305,10 @@ class Loader {
 
   // What the cross-key checks need to know about the top level.
   struct TopLevel {
-    std::optional<Position> listen_at, admin_at, backend_at;  // where written
+    std::optional<Position> listen_at, admin_at, backend_at, plain_at;  // where written
     std::optional<Position> state_file_at, fence_store_at;      // their keys, where written
-    bool listen_ok = true, admin_ok = true, backend_ok = false;
+    std::optional<Position> tls_at, client_certificate_at;      // tls and tls.client_certificate
+    bool listen_ok = true, admin_ok = true, backend_ok = false, plain_ok = false;
   } top_;
   std::optional<Position> buffered_at_;  // where limits.buffered_body_bytes was written (and valid)
 
@@ -1192,6 +1321,7 @@ class Loader {
     // Where the key settings were written, for the checks across keys and routes.
     std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
     std::optional<Position> verify_at, verify_service_at, verify_lock_at;
+    std::optional<Position> writers_at, identity_header_at;
   } route_;
   // For each route kept (parallel to config_->routes): where its key settings are.
   struct RouteKeys {
@@ -1200,6 +1330,7 @@ class Loader {
     Position route_at;
     std::optional<Position> fence_key_at, header_at, max_keys_at, token_order_at, forget_at;
     std::optional<Position> verify_at, verify_service_at, verify_lock_at;
+    std::optional<Position> writers_at, identity_header_at;
   };
   std::vector<RouteKeys> route_keys_;
   std::set<std::string, std::less<>> lock_services_written_;  // every name under lock_services
@@ -1242,6 +1373,24 @@ const ConfigKey kKeys[] = {
            l.top_.admin_at = l.At(e.value, e.key_at);
            l.top_.admin_ok = l.Checked(e, path, CheckListenAddress, &l.config_->admin_listen);
          }},
+    // Restart-only, the whole block: the listener's TLS context is built from it at start-up (the
+    // files' contents are re-read whenever they change, proxy/tls/reloader.h; their names are not).
+    {.section = KeySection::kTop, .name = "tls", .type = "mapping", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.tls.has_value() == b.tls.has_value(); },
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadListenTls(e, path); }},
+    {.section = KeySection::kTop, .name = "plain_listen", .type = "address", .restart_only = true,
+     .same =
+         [](const ProxyConfig& a, const ProxyConfig& b) {
+           return a.plain_listen.has_value() == b.plain_listen.has_value() &&
+                  (!a.plain_listen || a.plain_listen->ToString() == b.plain_listen->ToString());
+         },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.plain_at = l.At(e.value, e.key_at);
+           HostPort address;
+           l.top_.plain_ok = l.Checked(e, path, CheckListenAddress, &address);
+           if (l.top_.plain_ok) l.config_->plain_listen = address;
+         }},
     {.section = KeySection::kTop, .name = "backend", .type = "URL", .required = true,
      .required_hint = "the legacy resource, e.g. http://127.0.0.1:8081", .restart_only = true,
      // As written: the connection pool is built from it at start-up.
@@ -1276,17 +1425,9 @@ const ConfigKey kKeys[] = {
      .default_value = "\"X-Fencing-Token\"",
      .load =
          [](Loader& l, const Entry& e, const std::string& path) {
-           auto check = [](std::string_view text, std::string* out) -> std::string {
-             std::string problem = CheckHeaderName(text);
-             // A backend that reads headers as CGI variables could not tell it from the same name
-             // with '-', and headers_with_underscores: drop would drop it.
-             if (problem.empty() && text.find('_') != std::string_view::npos) {
-               problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
-             }
-             if (problem.empty()) *out = std::string(text);
-             return problem;
-           };
-           l.Checked(e, path, check, &l.config_->token_header);
+           // A backend that reads headers as CGI variables could not tell it from the same name
+           // with '-', and headers_with_underscores: drop would drop it.
+           l.Checked(e, path, ProxyFieldName, &l.config_->token_header);
          }},
     {.section = KeySection::kTop, .name = "threads", .type = "integer 0–256", .default_value = "0",
      .restart_only = true,
@@ -1417,6 +1558,51 @@ const ConfigKey kKeys[] = {
            l.buffered_at_ = l.At(e.value);                  // checked against max_body_bytes after
          }},
 
+    // tls: TLS on listen. Every key is restart-only, like the block (see "tls" above).
+    {.section = KeySection::kTls, .name = "cert_file", .type = "path", .required = true,
+     .required_hint = "the listener's certificate, PEM, followed by its intermediates", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return TlsField(a, b, &ListenTlsConfig::cert_file); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.TlsFile(e, path, &l.config_->tls->cert_file, &l.config_->tls->cert_file_at);
+         }},
+    {.section = KeySection::kTls, .name = "key_file", .type = "path", .required = true,
+     .required_hint = "the certificate's private key, PEM", .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return TlsField(a, b, &ListenTlsConfig::key_file); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.TlsFile(e, path, &l.config_->tls->key_file, &l.config_->tls->key_file_at);
+         }},
+    {.section = KeySection::kTls, .name = "client_ca_file", .type = "path", .restart_only = true,
+     .same =
+         [](const ProxyConfig& a, const ProxyConfig& b) { return TlsField(a, b, &ListenTlsConfig::client_ca_file); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.TlsFile(e, path, &l.config_->tls->client_ca_file, &l.config_->tls->client_ca_file_at);
+         }},
+    {.section = KeySection::kTls, .name = "client_certificate", .type = "require | optional",
+     .default_value = "require", .restart_only = true,
+     .same =
+         [](const ProxyConfig& a, const ProxyConfig& b) {
+           return TlsField(a, b, &ListenTlsConfig::client_certificate);
+         },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.client_certificate_at = l.At(e.value, e.key_at);
+           l.Choice(e, path,
+                    {{"require", ListenTlsConfig::ClientCertificate::kRequire},
+                     {"optional", ListenTlsConfig::ClientCertificate::kOptional}},
+                    &l.config_->tls->client_certificate);
+         }},
+    {.section = KeySection::kTls, .name = "min_version", .type = "\"1.2\" | \"1.3\"", .default_value = "\"1.2\"",
+     .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return TlsField(a, b, &ListenTlsConfig::min_version); },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.Choice(e, path, {{"1.2", ListenTlsConfig::Version::k1_2}, {"1.3", ListenTlsConfig::Version::k1_3}},
+                    &l.config_->tls->min_version);
+         }},
+
     // A route.
     {.section = KeySection::kRoute, .name = "name", .type = "string", .required = true,
      .load =
@@ -1522,6 +1708,16 @@ const ConfigKey kKeys[] = {
     // or service only makes later raises pass or fail differently (never a token above the max).
     {.section = KeySection::kRoute, .name = "verify", .type = "mapping",
      .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadVerify(e, path); }},
+    // Applied on reload, like every per-request decision: they decide who may write next, and
+    // nothing a fence holds depends on them.
+    {.section = KeySection::kRoute, .name = "writers", .type = "list",
+     .load = [](Loader& l, const Entry& e, const std::string& path) { l.LoadWriters(e, path); }},
+    {.section = KeySection::kRoute, .name = "identity_header", .type = "header name",
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.route_.identity_header_at = l.At(e.value, e.key_at);
+           l.Checked(e, path, ProxyFieldName, &l.route_.route.identity_header);
+         }},
 };
 #pragma GCC diagnostic pop
 
@@ -1551,6 +1747,8 @@ std::string_view SectionName(KeySection section) {
       return "timeouts";
     case KeySection::kLimits:
       return "limits";
+    case KeySection::kTls:
+      return "tls";
     case KeySection::kRoute:
       return "routes";
   }

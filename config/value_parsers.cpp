@@ -413,6 +413,49 @@ std::string CheckHeaderName(std::string_view text) {
   return "";
 }
 
+std::string CheckProxyFieldName(std::string_view text) {
+  std::string problem = CheckHeaderName(text);
+  if (problem.empty() && text.find('_') != std::string_view::npos) {
+    problem = "must not contain '_' (CGI-style backends read '_' and '-' alike)";
+  }
+  return problem;
+}
+
+std::string CheckWriter(std::string_view text) {
+  if (text == "*") return "";
+  const std::string_view identity = text.ends_with('*') ? text.substr(0, text.size() - 1) : text;
+  if (identity.find('*') != std::string_view::npos) {
+    return "'*' may only end an entry (a prefix: \"spiffe://cluster.local/ns/shop/*\")";
+  }
+  if (!IsValidIdentity(identity)) {
+    return "an identity is visible ASCII without spaces or commas, at most " + std::to_string(kMaxIdentityLength) +
+           " bytes";
+  }
+  // A URI: a scheme (RFC 3986 section 3.1) and ':'. "dns:" is the scheme of a DNS SAN.
+  const size_t colon = identity.find(':');
+  const std::string_view scheme = identity.substr(0, colon);
+  const bool has_scheme = colon != std::string_view::npos && !scheme.empty() && IsAsciiAlpha(scheme.front()) &&
+                          std::all_of(scheme.begin(), scheme.end(), [](char c) {
+                            return IsAsciiAlpha(c) || IsAsciiDigit(c) || c == '+' || c == '-' || c == '.';
+                          });
+  if (!has_scheme) {
+    return "an identity is a URI SAN as written (\"spiffe://cluster.local/ns/shop/sa/writer\") or \"dns:NAME\" "
+           "for a DNS SAN";
+  }
+  if (identity.starts_with(kDnsIdentityPrefix)) {
+    const std::string_view name = identity.substr(kDnsIdentityPrefix.size());
+    const bool dns_chars = std::all_of(name.begin(), name.end(), [](char c) {
+      return IsAsciiLower(c) || IsAsciiDigit(c) || c == '-' || c == '.';
+    });
+    if (!dns_chars) {
+      return "a DNS identity is \"dns:\" and the name in lower case (letters, digits, '-' and '.'), as the proxy "
+             "writes DNS SANs";
+    }
+    if (name.empty() && !text.ends_with('*')) return "\"dns:\" needs a name after it";
+  }
+  return "";
+}
+
 std::string CheckMethod(std::string_view text) {
   if (text.empty()) return "a method must not be empty";
   if (!IsToken(text)) {

@@ -61,6 +61,13 @@ std::string CheckHostName(std::string_view text);
 std::string CheckName(std::string_view text);  // route, fence and lock service names
 std::string CheckPrefix(std::string_view text);
 std::string CheckHeaderName(std::string_view text);
+// A field the proxy itself reads or writes for the backend (token_header, identity_header): a
+// header name as above, without '_' (CGI-style backends read '_' and '-' alike).
+std::string CheckProxyFieldName(std::string_view text);
+// One `writers` entry: an identity as a client certificate gives it (a URI SAN as written, such
+// as "spiffe://cluster.local/ns/shop/sa/writer", or "dns:NAME" for a DNS SAN, lower-case), or
+// such a prefix ending in '*'; "*" alone admits any client with an identity.
+std::string CheckWriter(std::string_view text);
 std::string CheckMethod(std::string_view text);
 
 bool IsWildcardHost(std::string_view host);

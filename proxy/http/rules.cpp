@@ -103,4 +103,15 @@ std::string ZnodePathProblem(std::string_view path) {
   return "";
 }
 
+bool IsValidIdentity(std::string_view identity) {
+  if (identity.empty() || identity.size() > kMaxIdentityLength) return false;
+  return std::all_of(identity.begin(), identity.end(), [](char c) { return c > ' ' && c < 0x7f && c != ','; });
+}
+
+bool WriterAdmits(std::string_view writer, std::string_view identity) {
+  if (identity.empty()) return false;
+  if (!writer.empty() && writer.back() == '*') return identity.starts_with(writer.substr(0, writer.size() - 1));
+  return writer == identity;
+}
+
 }  // namespace fencing

@@ -88,4 +88,17 @@ std::string PathSegmentsProblem(std::string_view path);
 // checks a verify lock's template with it, the ZooKeeper client each lock it is asked about.
 std::string ZnodePathProblem(std::string_view path);
 
+// ---- client identities (contract "Transport security"): what a verified client certificate
+// says about its holder, as a route's `writers` name it and as the identity header carries it.
+// An identity is 1-kMaxIdentityLength bytes of visible ASCII other than ',' (the identity header
+// lists them comma-separated, so a SAN with a comma, a space or a control byte is no identity).
+
+inline constexpr size_t kMaxIdentityLength = 2048;
+inline constexpr std::string_view kDnsIdentityPrefix = "dns:";  // a DNS SAN "NAME" is "dns:NAME"
+
+bool IsValidIdentity(std::string_view identity);
+// A `writers` entry admits an identity when it is the same bytes, or when it ends in '*' and the
+// identity starts with what comes before the '*' ("*" alone admits every identity).
+bool WriterAdmits(std::string_view writer, std::string_view identity);
+
 }  // namespace fencing

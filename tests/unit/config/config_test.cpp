@@ -806,7 +806,7 @@ std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
       keys.push_back({KeySection::kTop, name, value, number});
       nested = KeySection::kTop;
       names = name == "lock_services" || name == "fence_store";
-      for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kRoute}) {
+      for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kTls, KeySection::kRoute}) {
         if (SectionName(s) == name) nested = s;
       }
     } else if (!names) {

@@ -172,5 +172,29 @@ TEST(RulesTest, ZnodePathsAreAbsoluteWithPlainSegmentsBelowTheRoot) {
   EXPECT_NE(PathSegmentsProblem("/a/../b"), "");
 }
 
+// An identity goes into a header field whose values are comma-separated: visible ASCII only,
+// no comma; what a route's writers admit is an exact match or a prefix before a final '*'.
+TEST(RulesTest, IdentitiesAndTheWritersThatAdmitThem) {
+  EXPECT_TRUE(IsValidIdentity("spiffe://cluster.local/ns/shop/sa/order-writer"));
+  EXPECT_TRUE(IsValidIdentity("dns:batch.shop.svc"));
+  EXPECT_TRUE(IsValidIdentity(std::string(kMaxIdentityLength, 'i')));
+  for (std::string_view bad : {"", "a,b", "a b", "a\tb", "a\r\nX-Evil: 1", "caf\xc3\xa9", "a\x7f"}) {
+    EXPECT_FALSE(IsValidIdentity(bad)) << bad;
+  }
+  EXPECT_FALSE(IsValidIdentity(std::string(kMaxIdentityLength + 1, 'i')));
+
+  EXPECT_TRUE(WriterAdmits("spiffe://td/w", "spiffe://td/w"));
+  EXPECT_FALSE(WriterAdmits("spiffe://td/w", "spiffe://td/w2"));
+  EXPECT_FALSE(WriterAdmits("spiffe://td/w", "spiffe://td/"));
+  EXPECT_FALSE(WriterAdmits("spiffe://td/w", "SPIFFE://td/w")) << "URIs as written: bytes, not folded";
+  EXPECT_TRUE(WriterAdmits("spiffe://td/ns/shop/*", "spiffe://td/ns/shop/sa/w"));
+  EXPECT_TRUE(WriterAdmits("spiffe://td/ns/shop/*", "spiffe://td/ns/shop/"));
+  EXPECT_FALSE(WriterAdmits("spiffe://td/ns/shop/*", "spiffe://td/ns/shopping/sa/w"));
+  EXPECT_FALSE(WriterAdmits("spiffe://td/ns/shop/*", "spiffe://td/ns/shop"));
+  EXPECT_TRUE(WriterAdmits("*", "dns:anything"));
+  EXPECT_FALSE(WriterAdmits("dns:a.svc", "spiffe://a.svc"));
+  EXPECT_FALSE(WriterAdmits("*", "")) << "no identity is never admitted, not even by '*'";
+}
+
 }  // namespace
 }  // namespace fencing
