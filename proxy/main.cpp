@@ -4,6 +4,7 @@
 #include "metrics/metrics.h"
 #include "cli/state_command.h"
 #include "common/access_log.h"
+#include "common/file_watcher.h"
 #include "common/log.h"
 #include "common/memory.h"
 #include "common/version.h"
@@ -15,6 +16,7 @@
 #include "state/state_store.h"
 #include "state/state_writer.h"
 #include "store/etcd_fence_store.h"
+#include "tls/reloader.h"
 
 #include <CLI/CLI.hpp>
 
@@ -31,6 +33,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 // The fallback check of the route file's content, for file systems where inotify sees nothing.
 constexpr auto kConfigPollInterval = std::chrono::seconds(5);
+// The fallback check of the listener's TLS files (a change in their directories is seen at once):
+// a rotated certificate is in use within this.
+constexpr auto kTlsPollInterval = std::chrono::seconds(5);
 // How often keyed fences fold idle keys back and look for keys to forget.
 constexpr auto kFenceSweepInterval = std::chrono::seconds(1);
 
@@ -42,8 +47,24 @@ void LogConfigErrors(std::string_view message, const ConfigResult& result) {
   for (const ConfigError& error : result.errors) LogError(message, {{"error", error.ToString()}});
 }
 
+// The listener's TLS context from the files config.tls names: null without tls. A file that
+// does not load is one error of the route file, at the key that names it.
+std::unique_ptr<tls::ServerTlsReloader> LoadListenerTls(ConfigResult& result, const ServerTlsObserver* observer) {
+  if (!result.ok() || !result.config->tls) return nullptr;
+  ConfigError error;
+  std::unique_ptr<tls::ServerTlsReloader> reloader = tls::ServerTlsReloader::Create(*result.config, observer, &error);
+  if (!reloader) {
+    result.config.reset();
+    result.errors.push_back(std::move(error));
+  }
+  return reloader;
+}
+
 int RunCheck(const std::string& config_path) {
   ConfigResult result = LoadConfigFile(config_path);
+  // The TLS files are read as the start would read them: one that is missing or does not load
+  // fails the check.
+  std::unique_ptr<tls::ServerTlsReloader> listener_tls = LoadListenerTls(result, nullptr);
   if (!result.ok()) {
     PrintConfigErrors(result);
     std::cerr << config_path << ": invalid (" << result.errors.size() << " error"
@@ -73,14 +94,20 @@ int RunCheck(const std::string& config_path) {
     state_summary = "state file " + config.state_file + " holds " + std::to_string(store->maxima().size()) + " fence" +
                     (store->maxima().size() == 1 ? "" : "s");
   }
+  std::string listeners = "listen " + config.listen.ToString();
+  if (listener_tls) listeners += " (TLS, certificate serial " + listener_tls->Current()->serial() + ")";
+  if (config.plain_listen) listeners += ", plain_listen " + config.plain_listen->ToString();
   std::cout << config_path << ": ok: " << config.routes.size() << " route" << (config.routes.size() == 1 ? "" : "s")
-            << ", listen " << config.listen.ToString() << ", backend " << config.backend_url << ", " << state_summary
-            << "\n";
+            << ", " << listeners << ", backend " << config.backend_url << ", " << state_summary << "\n";
   return kExitOk;
 }
 
 int RunProxy(const std::string& config_path) {
+  Metrics metrics;
   ConfigResult loaded = LoadConfigFile(config_path);
+  if (loaded.ok() && loaded.config->tls) metrics.EnableListenerTls();
+  // Before anything is opened: a TLS file that is missing or does not load stops the start.
+  std::unique_ptr<tls::ServerTlsReloader> listener_tls = LoadListenerTls(loaded, &metrics);
   if (!loaded.ok()) {
     PrintConfigErrors(loaded);
     LogConfigErrors("invalid route file; not starting", loaded);
@@ -98,7 +125,6 @@ int RunProxy(const std::string& config_path) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  Metrics metrics;
   std::unique_ptr<FenceRegistry> registry;
   // Where raises become durable: the state file (its store and writer), or etcd shared with the
   // other proxies of the prefix.
@@ -154,7 +180,7 @@ int RunProxy(const std::string& config_path) {
     LogError("cannot start; exiting", {{"error", lock_services->error()}});
     return kExitFailure;
   }
-  auto server = std::make_unique<ProxyServer>(config, *registry, metrics, *lock_services);
+  auto server = std::make_unique<ProxyServer>(config, *registry, metrics, *lock_services, listener_tls.get());
   // The lock-service clients stop while the workers' io_contexts still exist: a verification
   // still under way ends as unavailable and posts its answer to a stopped (not a freed) worker.
   bool drained = false;  // every connection ended at shutdown: no admitted write is left
@@ -196,16 +222,25 @@ int RunProxy(const std::string& config_path) {
   ConfigReloader reloader(config_path, config, metrics,
                           [&server](std::shared_ptr<const ProxyConfig> loaded) { server->Reload(std::move(loaded)); });
   reloader.StartWatching(kConfigPollInterval);
+  // The TLS files are watched on their own: a Secret rotates them without touching the route file.
+  std::unique_ptr<FileWatcher> tls_watcher;
+  if (listener_tls) {
+    tls_watcher = std::make_unique<FileWatcher>(
+        listener_tls->Directories(), kTlsPollInterval,
+        [&listener_tls](std::string_view trigger) { listener_tls->Reload(trigger, /*force=*/false); });
+  }
 
   for (;;) {
     int signal = 0;
     if (sigwait(&signals, &signal) != 0) continue;
     if (signal == SIGHUP) {
       reloader.Reload("SIGHUP");
+      if (listener_tls) listener_tls->Reload("SIGHUP", /*force=*/true);
       continue;
     }
     break;  // SIGTERM or SIGINT
   }
+  tls_watcher.reset();
   reloader.Stop();
   config = reloader.running();
 

@@ -181,7 +181,7 @@ AccessLogWriter& Writer() {
 
 size_t AccessLineBound(const AccessEntry& e) {
   return kFixedBound + StringBound(e.method) + StringBound(e.path) + StringBound(e.client) + StringBound(e.route) +
-         StringBound(e.decision);
+         StringBound(e.decision) + (e.identity.empty() ? 0 : sizeof(",\"identity\":") + StringBound(e.identity));
 }
 
 char* FormatAccessLine(char* out, const AccessEntry& e, std::chrono::system_clock::time_point now) {
@@ -191,6 +191,7 @@ char* FormatAccessLine(char* out, const AccessEntry& e, std::chrono::system_cloc
   if (e.method) out = PutString(Put(out, ",\"method\":"), *e.method);
   if (e.path) out = PutString(Put(out, ",\"path\":"), *e.path);
   out = PutString(Put(out, ",\"client\":"), e.client);
+  if (!e.identity.empty()) out = PutString(Put(out, ",\"identity\":"), e.identity);
   out = PutNumber(Put(out, ",\"status\":"), e.status);
   if (e.route) out = PutString(Put(out, ",\"route\":"), *e.route);
   out = PutString(Put(out, ",\"decision\":"), e.decision);

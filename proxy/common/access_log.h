@@ -27,6 +27,7 @@ struct AccessEntry {
   std::optional<std::string_view> method;  // absent: no request head was parsed
   std::optional<std::string_view> path;
   std::string_view client;
+  std::string_view identity;  // the client certificate's identities, comma-separated; empty: not printed
   unsigned status = 0;
   std::optional<std::string_view> route;
   std::string_view decision;

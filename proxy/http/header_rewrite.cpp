@@ -142,6 +142,7 @@ struct Omit {
   std::string_view name;         // this one (case-insensitive); empty: none
   bool host = false;             // Host (another is set)
   bool underscored = false;      // names containing '_'
+  std::string_view also;         // and this one (case-insensitive); empty: none
 };
 
 // The values of the client's X-Forwarded-For fields, in order (most requests have none or one).
@@ -164,6 +165,7 @@ void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const O
       continue;
     }
     if (!drop.empty() && EqualsIgnoreCase(name, drop)) continue;
+    if (!omit.also.empty() && EqualsIgnoreCase(name, omit.also)) continue;
     if (forwarded_for && field.name() == http::field::unknown && EqualsIgnoreCase(name, "X-Forwarded-For")) {
       forwarded_for->push_back(field.value());
       continue;
@@ -200,13 +202,15 @@ NextHopFraming UpstreamRequestFraming(const RequestHead& client, std::optional<u
 // with its ", " is shorter than its line), then what is added. One allocation, no growth.
 std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framing, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
-                                std::string_view drop, bool drop_underscored, std::optional<uint64_t> token) {
+                                std::string_view drop, bool drop_underscored, std::optional<uint64_t> token,
+                                std::string_view identity_header, std::string_view identity) {
   const FieldFacts facts = ScanFields(client);
   const std::string_view method = client.method_string();
   const size_t bound = method.size() + 1 + origin_target.size() + sizeof(" HTTP/1.1\r\n") - 1 + facts.lines +
                        FieldLineSize("X-Forwarded-For", client_ip) +
                        FieldLineSize("Host", host.size() > backend_host.size() ? host : backend_host) +
-                       FieldLineSize(drop, "18446744073709551615") + kFramingLineBound + 2;
+                       FieldLineSize(drop, "18446744073709551615") + FieldLineSize(identity_header, identity) +
+                       kFramingLineBound + 2;
   std::string head;
   HeadWriter out(head, bound);
   out.Put(method);
@@ -214,7 +218,8 @@ std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framin
   out.Put(origin_target);
   out.Put(" HTTP/1.1\r\n");
   ForwardedFor forwarded_for;
-  WriteEndToEndFields(client, facts, Omit{drop, !host.empty(), drop_underscored}, &forwarded_for, out);
+  WriteEndToEndFields(client, facts, Omit{drop, !host.empty(), drop_underscored, identity_header}, &forwarded_for,
+                      out);
 
   // One X-Forwarded-For: the client's list (all of its fields, in order) plus this hop.
   out.Put("X-Forwarded-For: ");
@@ -236,6 +241,7 @@ std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framin
     out.Decimal(*token);
     out.Put("\r\n");
   }
+  if (!identity_header.empty() && !identity.empty()) out.Field(identity_header, identity);
   WriteFraming(framing, out);
   // Keep-alive to the backend is the default in HTTP/1.1: no Connection field needed.
   out.Put("\r\n");

@@ -55,10 +55,13 @@ NextHopFraming UpstreamRequestFraming(const RequestHead& client, std::optional<u
 // token: when set, one `drop` field with this value in plain decimal is written in place of the
 // client's (a fenced request's token as the proxy read it: "010" or "10 " never reaches the
 // backend as written).
+// identity_header (a route's, may be empty): no client field of that name is copied, and when
+// `identity` (the client's identities, comma-separated) is not empty one such field carries it.
 std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framing, std::string_view origin_target,
                                 std::string_view host, std::string_view client_ip, std::string_view backend_host,
                                 std::string_view drop, bool drop_underscored = true,
-                                std::optional<uint64_t> token = std::nullopt);
+                                std::optional<uint64_t> token = std::nullopt, std::string_view identity_header = {},
+                                std::string_view identity = {});
 
 // The response head for the client: status line in the client's HTTP version (with the backend's
 // status and reason), the backend's end-to-end fields, `framing`, and a Connection field when

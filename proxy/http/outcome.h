@@ -30,7 +30,8 @@ namespace fencing {
   X(kRejectedUnverified, "rejected_unverified") /* 409: a raise the lock service did not confirm */      \
   X(kObservedUnverified, "observed_unverified") /* observe mode: a raise not confirmed, forwarded, max kept */ \
   X(kLockServiceUnavailable, "lock_service_unavailable") /* 503: a raise the lock service could not check */ \
-  X(kFenceStoreUnavailable, "fence_store_unavailable") /* 503: the shared fence store cannot promise the order now */
+  X(kFenceStoreUnavailable, "fence_store_unavailable") /* 503: the shared fence store cannot promise the order now */ \
+  X(kRejectedWriter, "rejected_writer")       /* 403: a fenced request from a client not among the route's writers */
 
 enum class Outcome {
 #define FENCING_OUTCOME_ENUM(name, label) name,

@@ -32,6 +32,7 @@ namespace fencing {
   X(kMalformedToken, "malformed-token", "Malformed fencing token", bad_request)                           \
   X(kMissingFenceKey, "missing-fence-key", "Fence key required", bad_request)                            \
   X(kBadFenceKey, "bad-fence-key", "Malformed fence key", bad_request)                                   \
+  X(kWriterNotAllowed, "writer-not-allowed", "Client may not write here", forbidden)                      \
   X(kNoRoute, "no-route", "No route", not_found)                                                           \
   X(kMethodNotAllowed, "method-not-allowed", "Method not allowed", method_not_allowed)                    \
   X(kStaleToken, "stale-token", "Stale fencing token", conflict)                                           \

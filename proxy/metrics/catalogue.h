@@ -50,7 +50,15 @@
     "fencing_proxy_config_last_reload_success_timestamp_seconds",                                                 \
     "Unix time of the last route-file load that was applied (start-up counts).")                                  \
   X(Counter, config_reloads_total, "fencing_proxy_config_reloads_total", "Route-file reloads by result.")         \
-  X(Gauge, build_info, "fencing_proxy_build_info", "Version and revision of the running binary.")
+  X(Gauge, build_info, "fencing_proxy_build_info", "Version and revision of the running binary.")             \
+  X(Counter, tls_handshakes_total, "fencing_proxy_tls_handshakes_total",                                          \
+    "TLS handshakes on a listener, by result: ok, failed (refused by either side: a version, a certificate, "     \
+    "ALPN, or no TLS at all), timeout (not finished within timeouts.header_read).")                               \
+  X(Gauge, tls_certificate_expiry_timestamp_seconds, "fencing_proxy_tls_certificate_expiry_timestamp_seconds",    \
+    "notAfter of the certificate loaded from each TLS file (a CA bundle: its first to expire), in Unix time.")   \
+  X(Counter, tls_reloads_total, "fencing_proxy_tls_reloads_total",                                                \
+    "Reloads of the listener's TLS files after start-up, by result: ok (new handshakes use them), failed (the "   \
+    "running certificate keeps serving).")
 
 // The shared fence store's operations (fence_store_seconds{op}; FenceStoreObserver::Observe).
 #define FP_FENCE_STORE_OPS(X) X(raise) X(ack) X(txn) X(keepalive) X(load)

@@ -40,6 +40,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   build_info_->Add({{"version", std::string(Version())}, {"revision", std::string(Revision())}}).Set(1);
 }
 
+void Metrics::EnableListenerTls() {
+  constexpr const char* kResults[] = {"ok", "failed", "timeout"};  // TlsHandshakeResult's order
+  for (size_t i = 0; i < tls_handshakes_series_.size(); ++i) {
+    tls_handshakes_series_[i] = &tls_handshakes_total_->Add({{"listener", "listen"}, {"result", kResults[i]}});
+  }
+  tls_reloads_ok_series_ = &tls_reloads_total_->Add({{"result", "ok"}});
+  tls_reloads_failed_series_ = &tls_reloads_total_->Add({{"result", "failed"}});
+}
+
 const RouteMetrics& Metrics::ForRoute(std::string_view route) {
   std::lock_guard lock(mu_);
   if (auto it = routes_.find(route); it != routes_.end()) return *it->second;

@@ -8,6 +8,7 @@
 #include "lockservice/lock_services.h"
 #include "metrics/catalogue.h"
 #include "store/fence_store_observer.h"
+#include "tls/server_observer.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -71,9 +72,24 @@ struct LockServiceMetrics final : LockServiceObserver {
   }
 };
 
-class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
+// How a TLS handshake on the client listener ended (tls_handshakes_total{result}).
+enum class TlsHandshakeResult { kOk, kFailed, kTimeout };
+
+class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, public ServerTlsObserver {
  public:
   Metrics();
+
+  // The client listener's TLS series (tls_handshakes_total{listener="listen"}, tls_reloads_total):
+  // made at start-up when the route file has tls, so a plain proxy's /metrics is as before. Call
+  // it before counting a handshake.
+  void EnableListenerTls();
+  prometheus::Counter& tls_handshakes(TlsHandshakeResult result) {
+    return *tls_handshakes_series_[static_cast<size_t>(result)];
+  }
+  void TlsReloaded(bool ok) const override { (ok ? tls_reloads_ok_series_ : tls_reloads_failed_series_)->Increment(); }
+  void TlsCertificateExpiry(std::string_view file, int64_t not_after) const override {
+    tls_certificate_expiry_timestamp_seconds_->Add({{"file", std::string(file)}}).Set(static_cast<double>(not_after));
+  }
 
   // Stable pointers, created on first use (thread-safe; not for the per-request path).
   const RouteMetrics& ForRoute(std::string_view route);
@@ -122,6 +138,9 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver {
   prometheus::Gauge* config_last_reload_success_timestamp_series_;
   prometheus::Counter* config_reloads_success_series_;
   prometheus::Counter* config_reloads_failure_series_;
+  std::array<prometheus::Counter*, 3> tls_handshakes_series_{};  // by TlsHandshakeResult
+  prometheus::Counter* tls_reloads_ok_series_ = nullptr;
+  prometheus::Counter* tls_reloads_failed_series_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;

@@ -8,29 +8,14 @@
 #include <map>
 #include <sstream>
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
-#include <unistd.h>
-
 namespace fencing {
 namespace {
-
-// Lets a burst of events (a ConfigMap swap is several renames) settle before reading.
-constexpr auto kSettleTime = std::chrono::milliseconds(100);
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream content;
   content << in.rdbuf();
   return in ? content.str() : std::string();
-}
-
-std::string DirectoryOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 double UnixSeconds() {
@@ -133,45 +118,12 @@ bool ConfigReloader::ContentChanged() {
 }
 
 void ConfigReloader::StartWatching(std::chrono::milliseconds poll_interval) {
-  stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-  watcher_ = std::thread([this, poll_interval] { Watch(poll_interval); });
+  watcher_ = std::make_unique<FileWatcher>(std::vector<std::string>{DirectoryOf(path_)}, poll_interval,
+                                           [this](std::string_view trigger) {
+                                             if (ContentChanged()) Reload(trigger);
+                                           });
 }
 
-void ConfigReloader::Stop() {
-  if (!watcher_.joinable()) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
-  watcher_.join();
-  ::close(stop_fd_);
-  stop_fd_ = -1;
-}
-
-void ConfigReloader::Watch(std::chrono::milliseconds poll_interval) {
-  // The directory, not the file: a ConfigMap update replaces the file by renaming a symlink.
-  int inotify_fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (inotify_fd >= 0) {
-    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MODIFY | IN_ATTRIB;
-    if (::inotify_add_watch(inotify_fd, DirectoryOf(path_).c_str(), mask) < 0) {
-      LogWarn("cannot watch the route file's directory; relying on the periodic check",
-              {{"directory", DirectoryOf(path_)}, {"error", std::strerror(errno)}});
-    }
-  }
-  for (;;) {
-    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
-    int ready = ::poll(fds, inotify_fd >= 0 ? 2 : 1, static_cast<int>(poll_interval.count()));
-    if (ready < 0 && errno != EINTR) break;
-    if (fds[0].revents & POLLIN) break;
-    const char* trigger = "periodic check";
-    if (inotify_fd >= 0 && (fds[1].revents & POLLIN)) {
-      trigger = "file change";
-      std::this_thread::sleep_for(kSettleTime);
-      char events[4096];
-      while (::read(inotify_fd, events, sizeof events) > 0) {
-      }
-    }
-    if (ContentChanged()) Reload(trigger);
-  }
-  if (inotify_fd >= 0) ::close(inotify_fd);
-}
+void ConfigReloader::Stop() { watcher_.reset(); }
 
 }  // namespace fencing

@@ -5,6 +5,7 @@
 // the running one; an invalid one is logged with file:line:col and the old routes keep running.
 // Fence state is never touched by a reload.
 
+#include "common/file_watcher.h"
 #include "config/config.h"
 
 #include <atomic>
@@ -13,7 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 namespace fencing {
 
@@ -31,14 +31,14 @@ class ConfigReloader {
   // Safe to call from any thread; reloads are serialised.
   bool Reload(std::string_view trigger);
 
-  // Watches the file's directory (inotify) and checks the content every poll_interval.
+  // Watches the file's directory (common/file_watcher.h) and checks the content every
+  // poll_interval; reloads when the content changed.
   void StartWatching(std::chrono::milliseconds poll_interval);
   void Stop();
 
   std::shared_ptr<const ProxyConfig> running() const;
 
  private:
-  void Watch(std::chrono::milliseconds poll_interval);
   bool ContentChanged();
 
   const std::string path_;
@@ -47,8 +47,7 @@ class ConfigReloader {
   mutable std::mutex mu_;
   std::shared_ptr<const ProxyConfig> running_;
   std::string last_content_;  // what the file held at the last load attempt
-  int stop_fd_ = -1;          // eventfd that wakes the watcher to stop
-  std::thread watcher_;
+  std::unique_ptr<FileWatcher> watcher_;
 };
 
 // The first restart-only key (ConfigKey::restart_only: bound to sockets, threads or files at

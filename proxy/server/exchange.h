@@ -24,6 +24,7 @@
 #include "http/problem.h"
 #include "http/response_parser.h"
 #include "server/request_body.h"
+#include "tls/server_stream.h"
 #include "upstream/upstream_pool.h"
 
 
@@ -71,7 +72,7 @@ bool IsIdempotentMethod(std::string_view method);
 class Exchange {
  public:
   // relay: the worker's relay buffer for the response body (and a streamed request body).
-  Exchange(io::Socket& client, ClientBuffer& client_buffer, UpstreamPool& pool, ExchangeCancel& cancel,
+  Exchange(tls::ServerStream& client, ClientBuffer& client_buffer, UpstreamPool& pool, ExchangeCancel& cancel,
            char* relay, size_t relay_size)
       : client_(client), client_buffer_(client_buffer), pool_(pool), cancel_(cancel), relay_(relay),
         relay_size_(relay_size) {}
@@ -95,7 +96,7 @@ class Exchange {
   Problem UpstreamProblem(const boost::system::error_code& ec) const;
   void Fail(ExchangeResult& result, const boost::system::error_code& ec) const;
 
-  io::Socket& client_;
+  tls::ServerStream& client_;
   ClientBuffer& client_buffer_;
   UpstreamPool& pool_;
   ExchangeCancel& cancel_;

@@ -14,8 +14,12 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics,
-                         LockServiceSet& lock_services)
+                         LockServiceSet& lock_services, tls::ServerTlsReloader* tls)
     : config_(std::move(config)), registry_(registry), metrics_(metrics), lock_services_(lock_services), shared_(metrics) {
+  if (config_->tls.has_value() != (tls != nullptr)) {
+    throw std::logic_error("ProxyServer: a TLS context source is given exactly when the route file has tls");
+  }
+  shared_.tls = tls;
   shared_.max_connections = config_->limits.max_connections;
   shared_.backend_host = config_->backend.port == 80
                              ? config_->backend.host
@@ -50,10 +54,19 @@ Status ProxyServer::Start() {
   boost::system::error_code ec;
   asio::io_context resolver_context;
   tcp::resolver resolver(resolver_context);
-  auto listen = resolver.resolve(config_->listen.host, std::to_string(config_->listen.port),
-                                 tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || listen.empty()) {
-    return Status::Error("cannot resolve listen address " + config_->listen.ToString() + ": " + ec.message());
+  auto resolve_listener = [&](const HostPort& address, tcp::endpoint* out) {
+    auto found = resolver.resolve(address.host, std::to_string(address.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec || found.empty()) {
+      return Status::Error("cannot resolve listen address " + address.ToString() + ": " + ec.message());
+    }
+    *out = found.begin()->endpoint();
+    return Status::Ok();
+  };
+  tcp::endpoint listen, plain_listen;
+  if (Status s = resolve_listener(config_->listen, &listen); !s.ok()) return s;
+  if (config_->plain_listen) {
+    if (Status s = resolve_listener(*config_->plain_listen, &plain_listen); !s.ok()) return s;
   }
   auto backend = resolver.resolve(config_->backend.host, std::to_string(config_->backend.port), ec);
   if (ec || backend.empty()) {
@@ -67,14 +80,20 @@ Status ProxyServer::Start() {
   auto runtime = BuildRuntime(config_);
   for (unsigned i = 0; i < threads; ++i) {
     auto worker = std::make_unique<Worker>(shared_, backend_endpoints, *config_);
-    if (Status s = worker->Listen(listen.begin()->endpoint()); !s.ok()) return s;
+    if (Status s = worker->Listen(listen, config_->tls.has_value()); !s.ok()) return s;
+    if (config_->plain_listen) {
+      if (Status s = worker->Listen(plain_listen, false); !s.ok()) return s;
+    }
     workers_.push_back(std::move(worker));
   }
   for (auto& worker : workers_) worker->Start(runtime);
-  LogInfo("listening", {{"listen", config_->listen.ToString()},
-                        {"backend", config_->backend_url},
-                        {"threads", threads},
-                        {"routes", config_->routes.size()}});
+  boost::json::object fields{{"listen", config_->listen.ToString()},
+                             {"backend", config_->backend_url},
+                             {"threads", threads},
+                             {"routes", config_->routes.size()}};
+  if (config_->tls) fields["tls"] = true;
+  if (config_->plain_listen) fields["plain_listen"] = config_->plain_listen->ToString();
+  LogInfo("listening", std::move(fields));
   return Status::Ok();
 }
 

@@ -26,11 +26,13 @@ class FenceRegistry;
 class ProxyServer {
  public:
   // lock_services: the clients the routes' verify: names (built once; outlive the server).
+  // tls: listen's TLS context, kept current (set when the config has tls; outlives the server).
   ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistry& registry, Metrics& metrics,
-              LockServiceSet& lock_services);
+              LockServiceSet& lock_services, tls::ServerTlsReloader* tls = nullptr);
   ~ProxyServer();
 
-  // Resolves the backend, binds every worker's listener and starts the threads.
+  // Resolves the backend, binds every worker's listeners (listen, and plain_listen) and starts
+  // the threads.
   Status Start();
   // Swaps in a new route table (listen, backend, state file and threads need a restart).
   void Reload(std::shared_ptr<const ProxyConfig> config);

@@ -42,7 +42,7 @@ void RequestBody::Feed(ClientBuffer& in, size_t keep) {
   }
 }
 
-io::Awaitable<boost::system::error_code> RequestBody::Read(io::Socket& client, ClientBuffer& in, size_t keep) {
+io::Awaitable<boost::system::error_code> RequestBody::Read(tls::ServerStream& client, ClientBuffer& in, size_t keep) {
   for (;;) {
     Feed(in, keep);
     if (decoder_.status() != BodyDecoder::Status::kNeedMore || full(keep)) co_return boost::system::error_code{};

@@ -11,6 +11,7 @@
 #include "common/page_allocator.h"
 #include "http/problem.h"
 #include "http/body_decoder.h"
+#include "tls/server_stream.h"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -37,7 +38,7 @@ class RequestBody {
   void Feed(ClientBuffer& in, size_t keep);
   // Feeds, reading from the client while the body is neither complete, failed, nor holding
   // `keep` bytes. The error is the socket's (the client went away, or the deadline cancelled it).
-  io::Awaitable<boost::system::error_code> Read(io::Socket& client, ClientBuffer& in, size_t keep);
+  io::Awaitable<boost::system::error_code> Read(tls::ServerStream& client, ClientBuffer& in, size_t keep);
 
   const BodyDecoder& decoder() const { return decoder_; }
   // What to answer a failed() body with: 413 over limits.max_body_bytes, else 400.

@@ -6,6 +6,7 @@
 #include "routing/fence_key.h"
 #include "routing/path_check.h"
 #include "http/framing.h"
+#include "http/rules.h"
 #include "http/uri.h"
 
 #include <functional>
@@ -68,9 +69,19 @@ std::string KeySourceText(const RouteConfig& route) {
   return "path segment " + std::to_string(route.fence_key.path_segment) + " after " + route.prefix;
 }
 
+// Whether one of the route's writers admits one of the client's identities.
+bool MayWrite(const std::vector<std::string>& writers, const ClientIdentity& identity) {
+  for (const std::string& name : identity.names) {
+    for (const std::string& writer : writers) {
+      if (WriterAdmits(writer, name)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
-RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime) {
+RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime, const ClientIdentity& identity) {
   const ProxyConfig& config = runtime.config();
 
   OtherFieldCounts counts;
@@ -184,8 +195,24 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime) {
   plan.problem.route = route.name;
   plan.problem.fence = route.fence;
   if (!route.forward_token) plan.drop_header = config.token_header;
+  if (!route.identity_header.empty()) {
+    plan.identity_header = route.identity_header;
+    plan.identity = identity.joined;
+  }
   if (!plan.route->FencesMethod(head.method_string())) {
     Forward(plan, Outcome::kUnfenced);
+    return plan;
+  }
+  // Who may write, before the token is read: a client that may not write raises nothing and
+  // learns nothing of the fence (no 409, no max). In observe mode too: observe is about tokens.
+  if (!route.writers.empty() && !MayWrite(route.writers, identity)) {
+    RejectWith(plan, Outcome::kRejectedWriter, ProblemType::kWriterNotAllowed,
+               identity.empty()
+                   ? "route '" + route.name + "' lets only its writers send " + std::string(head.method_string()) +
+                         ", and the request came with no client identity (no verified client certificate, or the "
+                         "plain listener)"
+                   : "route '" + route.name + "' lets only its writers send " + std::string(head.method_string()) +
+                         ", and the client's identity (" + identity.joined + ") is not among them");
     return plan;
   }
 

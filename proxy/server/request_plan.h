@@ -7,6 +7,7 @@
 #include "fence/fence.h"
 #include "http/problem.h"
 #include "server/runtime.h"
+#include "tls/server_identity.h"
 
 #include "http/request_head.h"
 
@@ -34,14 +35,19 @@ struct RequestPlan {
                                      // target's authority, RFC 9112 section 3.2.2); empty: the client's
   std::string_view drop_header;      // header not to forward as the client wrote it (the token)
   bool rewrite_token = false;        // kFence: drop_header goes on as `token` in plain decimal
+  std::string_view identity_header;  // the route's: the client's field of this name is dropped,
+  std::string_view identity;         // and this one (the client's identities; empty: none) added
 
   const RouteMetrics& metrics(const Runtime& runtime) const {
     return route ? *route->metrics : runtime.unmatched_metrics();
   }
 };
 
-// Framing, method, target, route, token: in that order, the first refusal wins.
-RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime);
+// Framing, method, target, route, writer, token: in that order, the first refusal wins.
+// identity: who the client is (its verified certificate's; kNoIdentity on a plain listener or
+// without a certificate). A route with writers refuses a fenced method from anyone else before
+// its token is read.
+RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime, const ClientIdentity& identity = kNoIdentity);
 
 // Turns the fence's answer into a reject or a forward (observe mode forwards what enforce
 // would refuse). Admission::kWaiting here means the raise did not finish in time.

@@ -100,11 +100,13 @@ FenceRef AcquireFence(RequestPlan& plan, bool verified) {
 
 }  // namespace
 
-Session::Session(Worker& worker, io::Socket socket) : worker_(worker), socket_(std::move(socket)) {
+Session::Session(Worker& worker, io::Socket socket, const tls::ServerContext* tls)
+    : worker_(worker), stream_(std::move(socket)) {
   boost::system::error_code ec;
-  auto remote = socket_.remote_endpoint(ec);
+  auto remote = stream_.socket().remote_endpoint(ec);
   client_ip_ = ec ? "unknown" : remote.address().to_string();
-  socket_.set_option(tcp::no_delay(true), ec);
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  if (tls) stream_.StartTls(*tls);
   worker_.Register(this);
   worker_.shared().metrics.connections().Increment();
 }
@@ -119,7 +121,7 @@ void Session::CloseIfIdle() {
   if (idle_ && !closing_) {
     closing_ = true;
     boost::system::error_code ec;
-    socket_.cancel(ec);
+    stream_.socket().cancel(ec);
   }
 }
 
@@ -136,7 +138,7 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
       // first cancel must not let the exchange run on unbounded.
       cancel_.timed_out = true;
       boost::system::error_code ec;
-      socket_.cancel(ec);
+      stream_.socket().cancel(ec);
       if (cancel_.upstream) cancel_.upstream->socket.cancel(ec);
     }
     return false;
@@ -151,12 +153,34 @@ bool Session::Sweep(Clock::time_point now, std::chrono::milliseconds idle_timeou
   // for readiness only.
   cooling_ = true;
   boost::system::error_code ec;
-  socket_.cancel(ec);
+  stream_.socket().cancel(ec);
   return true;
 }
 
 void Session::Start() {
-  asio::co_spawn(socket_.get_executor(), Run(), LogCoroutineFailure);
+  asio::co_spawn(stream_.get_executor(), stream_.tls() ? Handshake() : Run(), LogCoroutineFailure);
+}
+
+io::Awaitable<void> Session::Handshake() {
+  SessionPtr self(this);
+  // Bounded like a request head: the sweep cancels a handshake still under way at header_read.
+  SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
+  auto [ec] = co_await stream_.ssl().async_handshake(asio::ssl::stream_base::server, kTuple);
+  const bool timed_out = cancel_.timed_out;  // (ClearDeadline resets it)
+  ClearDeadline();
+  Metrics& metrics = worker_.shared().metrics;
+  if (ec) {
+    metrics.tls_handshakes(timed_out ? TlsHandshakeResult::kTimeout : TlsHandshakeResult::kFailed).Increment();
+    if (LogEnabled(LogLevel::kDebug)) {
+      Log(LogLevel::kDebug, "TLS handshake failed",
+          {{"client", client_ip_}, {"error", timed_out ? std::string("timeout") : ec.message()}});
+    }
+    Close();
+    co_return;
+  }
+  metrics.tls_handshakes(TlsHandshakeResult::kOk).Increment();
+  stream_.TakeIdentity();
+  co_await Run();
 }
 
 void Session::WaitCold() {
@@ -174,17 +198,20 @@ void Session::WaitCold() {
       return;
     }
     // Readable: a request, or the client's close. Either way Run reads it, into a new buffer.
-    asio::co_spawn(self->socket_.get_executor(), self->Run(), LogCoroutineFailure);
+    asio::co_spawn(self->stream_.get_executor(), self->Run(), LogCoroutineFailure);
   };
   // An allocation of its own, sized for it: Asio's default would recycle a block some larger
   // operation of this thread left behind, and keep that whole block for as long as the wait.
-  socket_.async_wait(tcp::socket::wait_read, asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
+  // Readiness of the TCP socket: with TLS too, since a read waiting on the socket leaves no
+  // decrypted byte behind in the TLS layer (it reads from the socket only once that is empty).
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
 }
 
 void Session::Close() {
   boost::system::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
 }
 
 io::Awaitable<void> Session::Run() {
@@ -211,7 +238,7 @@ io::Awaitable<void> Session::Run() {
       // enforced by the worker's sweep (Worker::SweepIdle), not by a timer per wait.
       idle_ = true;
       idle_since_ = Clock::now();
-      auto [ec, n] = co_await socket_.async_read_some(buffer.prepare(kFirstReadSize), kTuple);
+      auto [ec, n] = co_await stream_.async_read_some(buffer.prepare(kFirstReadSize), kTuple);
       buffer.commit(n);
       // Sweep may have asked for the buffer just after this read completed: then the request is
       // served and the connection can cool next time.
@@ -229,6 +256,9 @@ io::Awaitable<void> Session::Run() {
     if (!co_await ServeOne()) break;
     if (worker_.shared().draining.load(std::memory_order_relaxed)) break;
   }
+  // A TLS client is told the end (close_notify), unless the sweep ended it: a connection idle or
+  // stalled past its timeout is closed at once.
+  if (stream_.tls() && !closing_ && !cancel_.timed_out) co_await SendCloseNotify();
   if (linger_) co_await LingeringClose();
   Close();
 }
@@ -259,7 +289,7 @@ io::Awaitable<bool> Session::ServeOne() {
   ClearDeadline();  // header_read is over
   head_request_ = head.method() == http::verb::head;
 
-  RequestPlan plan = PlanRequest(head, *runtime);
+  RequestPlan plan = PlanRequest(head, *runtime, stream_.identity());
   BodyDecoder decoder = DecoderFor(head, config.limits.max_body_bytes);
   const RouteMetrics& metrics = plan.metrics(*runtime);
   bool keep_alive = false;
@@ -312,7 +342,7 @@ io::Awaitable<bool> Session::ServeOne() {
     if (ExpectsContinue(head)) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       SetDeadline(Clock::now() + config.timeouts.request);
-      auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
+      auto [ec, n] = co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()), kTuple);
       if (ec) co_return false;
     }
   }
@@ -372,7 +402,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadBody(RequestBody& body, size_
   const auto& config = worker_.runtime()->config();
   if (!body.complete() && !body.failed() && !body.full(keep)) {
     SetDeadline(Clock::now() + config.timeouts.request);
-    boost::system::error_code ec = co_await body.Read(socket_, *buffer_, keep);
+    boost::system::error_code ec = co_await body.Read(stream_, *buffer_, keep);
     if (ec) {
       if (cancel_.timed_out) {
         co_return MakeProblem(ProblemType::kBodyTimeout, "the request body did not arrive within timeouts.request");
@@ -393,6 +423,7 @@ void Session::LogAccess(const RequestHead* head, const RequestPlan* plan) const 
     entry.path = head->target();
   }
   entry.client = client_ip_;
+  entry.identity = stream_.identity().joined;
   entry.status = record_->status;
   if (plan) {
     if (plan->route) entry.route = std::string_view(plan->route->config->name);
@@ -432,7 +463,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
     if (RawHeadCheck start = so_far.Check(bytes); !start.ok) {
       co_return MakeProblem(ProblemType::kMalformedRequest, std::string("the request head is refused because it has ") + start.reason);
     }
-    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);
+    auto [ec, n] = co_await stream_.async_read_some(buffer_->prepare(std::min(kFirstReadSize, limit + 1 - buffer_->size())), kTuple);
     if (ec) co_return std::nullopt;  // the client went away or stalled: nothing to answer
     buffer_->commit(n);
   }
@@ -459,7 +490,7 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
 io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
                                                uint64_t* max_token, std::chrono::milliseconds deadline,
                                                std::chrono::milliseconds held_wait) {
-  auto wait = std::make_shared<RaiseWait>(socket_.get_executor(), worker_.raise_inbox());
+  auto wait = std::make_shared<RaiseWait>(stream_.get_executor(), worker_.raise_inbox());
   AdmitResult result = fence.Admit(token, *wait, max_jump);
   *max_token = result.max_token;
   if (result.admission != Admission::kWaiting) co_return result.admission;
@@ -507,7 +538,8 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   const std::string upstream_head =
       UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
                           plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop,
-                          plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt);
+                          plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
+                          plan.identity_header, plan.identity);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = framing.kind == BodyFraming::kChunked;
@@ -517,7 +549,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   request.client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
   request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
-  Exchange exchange(socket_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
+  Exchange exchange(stream_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
   ExchangeResult result = co_await exchange.Run(request, body);
   cancel_.upstream = nullptr;
   record_->upstream_status = result.upstream_status;
@@ -573,7 +605,7 @@ io::Awaitable<bool> Session::Reject(const RequestHead& head, BodyDecoder& body, 
 io::Awaitable<bool> Session::WriteProblem(const Problem& problem, unsigned version, bool keep_alive) {
   record_->status = static_cast<unsigned>(problem.status);
   auto response = MakeProblemResponse(problem, version >= 11 ? 11 : 10, keep_alive, head_request_);
-  auto [ec, n] = co_await http::async_write(socket_, response, kTuple);
+  auto [ec, n] = co_await http::async_write(stream_, response, kTuple);
   co_return !ec && keep_alive;
 }
 
@@ -587,7 +619,7 @@ io::Awaitable<bool> Session::DiscardBody(BodyDecoder& body) {
     }
     if (body.done()) co_return true;
     if (body.failed()) co_return false;
-    auto [ec, n] = co_await socket_.async_read_some(buffer_->prepare(kFirstReadSize), kTuple);
+    auto [ec, n] = co_await stream_.async_read_some(buffer_->prepare(kFirstReadSize), kTuple);
     if (ec) co_return false;
     buffer_->commit(n);
   }
@@ -595,18 +627,29 @@ io::Awaitable<bool> Session::DiscardBody(BodyDecoder& body) {
 
 io::Awaitable<void> Session::LingeringClose() {
   // Closing a socket with unread input makes the kernel send RST, which can destroy the response
-  // still in flight to the client. Half-close, then drain briefly (as nginx's lingering_close).
+  // still in flight to the client. Half-close, then drain briefly (as nginx's lingering_close):
+  // the TCP bytes, TLS records or not, are only dropped.
+  io::Socket& socket = stream_.socket();
   boost::system::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  socket.shutdown(tcp::socket::shutdown_send, ec);
   if (ec) co_return;
   SetDeadline(Clock::now() + kLingerTime);
   char scratch[1024];
   size_t drained = 0;
   while (drained < 1024 * 1024) {
-    auto [rec, n] = co_await socket_.async_read_some(asio::buffer(scratch), kTuple);
+    auto [rec, n] = co_await socket.async_read_some(asio::buffer(scratch), kTuple);
     if (rec) break;
     drained += n;
   }
+}
+
+io::Awaitable<void> Session::SendCloseNotify() {
+  // SSL_shutdown would wait for the client's close_notify; told it has come, it only sends ours
+  // (a one-way close, as nginx's): the client reads the end of the stream, the connection closes.
+  SSL* ssl = stream_.ssl().native_handle();
+  SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
+  SetDeadline(Clock::now() + kLingerTime);
+  co_await stream_.ssl().async_shutdown(kTuple);
 }
 
 }  // namespace fencing

@@ -3,7 +3,9 @@
 // fence), answer with a problem or read the body (whole when it fits
 // limits.buffered_body_bytes), take the fence's admission, and hand the request to an Exchange
 // (server/exchange.h). Between requests it idles without a coroutine or a buffer. A connection
-// lives on one worker thread from accept to close.
+// lives on one worker thread from accept to close. On a TLS listener it begins with the
+// handshake (bounded by timeouts.header_read, as a head is) and learns the client's identity;
+// everything after reads and writes through the same stream (tls/server_stream.h).
 
 #include "metrics/metrics.h"
 #include "common/intrusive_list.h"
@@ -16,6 +18,7 @@
 #include "server/request_plan.h"
 #include "server/runtime.h"
 #include "server/worker.h"
+#include "tls/server_stream.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -35,7 +38,8 @@ namespace fencing {
 // control block and a weak pointer (32 bytes per connection) and a locked add per copy.
 class Session : public IntrusiveListNode<Session> {
  public:
-  Session(Worker& worker, io::Socket socket);
+  // tls: the listener's TLS context for this connection; null on a plain listener.
+  Session(Worker& worker, io::Socket socket, const tls::ServerContext* tls);
   ~Session();
 
   // Serves requests until the connection closes. Call it on a session held by a SessionPtr.
@@ -55,6 +59,8 @@ class Session : public IntrusiveListNode<Session> {
              std::chrono::milliseconds cool_after);
 
  private:
+  // The TLS handshake (TLS listener only), then Run.
+  io::Awaitable<void> Handshake();
   // Serves requests while they keep coming; when the connection idles, hands over to WaitCold.
   io::Awaitable<void> Run();
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
@@ -87,6 +93,8 @@ class Session : public IntrusiveListNode<Session> {
   io::Awaitable<bool> WriteProblem(const Problem& problem, unsigned version, bool keep_alive);
   io::Awaitable<bool> DiscardBody(BodyDecoder& body);
   io::Awaitable<void> LingeringClose();
+  // TLS: says close_notify, without waiting for the client's.
+  io::Awaitable<void> SendCloseNotify();
 
   // What the access log says about the request being served. ServeOne holds it.
   struct AccessRecord {
@@ -105,8 +113,9 @@ class Session : public IntrusiveListNode<Session> {
   }
 
   Worker& worker_;
-  // A plain socket: timeouts come from the worker's sweep (deadline_), not a timer per operation.
-  io::Socket socket_;
+  // The connection, plain or TLS. Timeouts come from the worker's sweep (deadline_), not a timer
+  // per operation.
+  tls::ServerStream stream_;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   // The deadline passed (Sweep cancels what the session awaits), and the backend connection an
   // exchange is using, cancelled with the client socket then.

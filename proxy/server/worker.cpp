@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/memory.h"
 #include "server/session.h"
+#include "tls/reloader.h"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -55,41 +56,43 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
       // only (other threads only post to it): no lock per I/O operation.
       ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
-  acceptor_.emplace(ioc_->get_executor());
   raise_inbox_.emplace(*ioc_);
 }
 
 Worker::~Worker() {
   Stop();
   pool_.reset();
-  acceptor_.reset();
+  listeners_.clear();
   raise_inbox_.reset();  // undelivered resolutions hold timers of the io_context
   ioc_.reset();  // destroys suspended sessions, which unregister from sessions_
 }
 
-Status Worker::Listen(const tcp::endpoint& endpoint) {
+Status Worker::Listen(const tcp::endpoint& endpoint, bool tls) {
+  auto listener = std::make_unique<Listener>(Listener{io::Acceptor(ioc_->get_executor()), tls});
+  io::Acceptor& acceptor = listener->acceptor;
   boost::system::error_code ec;
-  acceptor_->open(endpoint.protocol(), ec);
-  if (!ec) acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) {
     // Every worker binds the same port; the kernel spreads new connections across them.
     int one = 1;
-    if (::setsockopt(acceptor_->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    if (::setsockopt(acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
       ec.assign(errno, boost::system::system_category());
     }
   }
-  if (!ec) acceptor_->bind(endpoint, ec);
-  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     return Status::Error("cannot listen on " + endpoint.address().to_string() + ":" +
                          std::to_string(endpoint.port()) + ": " + ec.message());
   }
+  listeners_.push_back(std::move(listener));
   return Status::Ok();
 }
 
 void Worker::Start(std::shared_ptr<const Runtime> runtime) {
   runtime_ = std::move(runtime);
-  asio::co_spawn(ioc_->get_executor(), AcceptLoop(), LogCoroutineFailure);
+  for (auto& listener : listeners_) asio::co_spawn(ioc_->get_executor(), AcceptLoop(*listener), LogCoroutineFailure);
   asio::co_spawn(ioc_->get_executor(), SweepIdle(), LogCoroutineFailure);
   thread_ = std::thread([this] { ioc_->run(); });
 }
@@ -101,7 +104,7 @@ void Worker::SetRuntime(std::shared_ptr<const Runtime> runtime) {
 void Worker::BeginDrain() {
   asio::post(*ioc_, [this] {
     boost::system::error_code ec;
-    acceptor_->close(ec);
+    for (auto& listener : listeners_) listener->acceptor.close(ec);
     sessions_.ForEach([](Session* session) { session->CloseIfIdle(); });
   });
 }
@@ -166,10 +169,11 @@ io::Awaitable<void> Worker::SweepIdle() {
   }
 }
 
-io::Awaitable<void> Worker::AcceptLoop() {
+io::Awaitable<void> Worker::AcceptLoop(Listener& listener) {
+  io::Acceptor& acceptor = listener.acceptor;
   for (;;) {
-    auto [ec, socket] = co_await acceptor_->async_accept(io::kTuple);
-    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) co_return;
+    auto [ec, socket] = co_await acceptor.async_accept(io::kTuple);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of file descriptors and the like: back off briefly instead of spinning.
       LogWarn("accept failed", {{"error", ec.message()}});
@@ -190,7 +194,13 @@ io::Awaitable<void> Worker::AcceptLoop() {
         continue;
       }
     }
-    SessionPtr(new Session(*this, std::move(socket)))->Start();
+    if (!listener.tls) {
+      SessionPtr(new Session(*this, std::move(socket), nullptr))->Start();
+      continue;
+    }
+    // The context current now: a reload after this leaves the connection on it.
+    const std::shared_ptr<const tls::ServerContext> context = shared_.tls->Current();
+    SessionPtr(new Session(*this, std::move(socket), context.get()))->Start();
   }
 }
 

@@ -30,6 +30,9 @@ namespace fencing {
 
 class Metrics;
 class Session;
+namespace tls {
+class ServerTlsReloader;
+}
 
 // Counts open client connections, across workers; shutdown waits on it for the count to reach
 // zero (Seastar's gate): Enter on accept, Leave when the connection is gone.
@@ -53,6 +56,7 @@ struct ServerShared {
   explicit ServerShared(Metrics& m) : metrics(m) {}
   Metrics& metrics;
   std::string backend_host;  // Host header for requests that came without one
+  tls::ServerTlsReloader* tls = nullptr;  // listen's TLS context, current; null: listen is plain
   std::atomic<bool> draining{false};
   DrainGate connections;  // open client connections
   uint64_t max_connections = 0;
@@ -105,7 +109,9 @@ class Worker {
   // The current config, as seen by this worker (only touched on its thread).
   const std::shared_ptr<const Runtime>& runtime() const { return runtime_; }
 
-  Status Listen(const boost::asio::ip::tcp::endpoint& endpoint);
+  // Binds a listener (every worker binds the same port: SO_REUSEPORT). tls: its connections begin
+  // with a TLS handshake on ServerShared::tls's current context.
+  Status Listen(const boost::asio::ip::tcp::endpoint& endpoint, bool tls);
   void Start(std::shared_ptr<const Runtime> runtime);  // spawns the accept loop and the thread
   void SetRuntime(std::shared_ptr<const Runtime> runtime);  // posted to the worker's thread
   void BeginDrain();  // stop accepting; close idle connections; busy ones close after their response
@@ -121,7 +127,11 @@ class Worker {
   void Unregister(Session* session);
 
  private:
-  io::Awaitable<void> AcceptLoop();
+  struct Listener {
+    io::Acceptor acceptor;
+    bool tls;
+  };
+  io::Awaitable<void> AcceptLoop(Listener& listener);
   // At max_connections: closes this worker's longest-idle connection. False if none is idle.
   bool EvictLongestIdle();
   // Once per period: closes connections idle past timeouts.idle, takes back the read buffers of
@@ -138,7 +148,7 @@ class Worker {
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
   std::optional<RaiseInbox> raise_inbox_;  // resolutions of this worker's raise waits
-  std::optional<io::Acceptor> acceptor_;
+  std::vector<std::unique_ptr<Listener>> listeners_;  // listen, then plain_listen
   std::thread thread_;
 };
 

@@ -91,6 +91,24 @@ TEST(AccessLineTest, OptionalFieldsOnlyWhenPresent) {
   EXPECT_EQ(line["upstream_attempts"].to_number<int64_t>(), 2);
 }
 
+// A client with a certificate identity: "identity" after "client"; without one, no such key.
+TEST(AccessLineTest, TheClientsIdentityAfterTheClient) {
+  AccessEntry e = FullEntry();
+  e.identity = "spiffe://cluster.local/ns/shop/sa/writer, dns:batch.shop.svc";
+  std::string out;
+  AppendAccessLine(out, e, Noon());
+  ASSERT_LE(out.size(), AccessLineBound(e));
+  auto line = boost::json::parse(out).as_object();
+  const std::vector<std::string> keys = Keys(line);
+  ASSERT_GE(keys.size(), 7u);
+  EXPECT_EQ(keys[5], "client");
+  EXPECT_EQ(keys[6], "identity");
+  EXPECT_EQ(line["identity"].as_string(), "spiffe://cluster.local/ns/shop/sa/writer, dns:batch.shop.svc");
+  std::string plain;
+  AppendAccessLine(plain, FullEntry(), Noon());
+  EXPECT_EQ(plain.find("identity"), std::string::npos);
+}
+
 TEST(AccessLineTest, StringsAreEscaped) {
   AccessEntry e = FullEntry();
   const std::string route = std::string("a\"b\\c\nd\te") + '\x01' + '\x7f' + "\xc3\xa9";

@@ -78,6 +78,27 @@ TEST(UpstreamRequestHeadTest, DropsTheTokenHeaderCaseInsensitively) {
   EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
 }
 
+// A route's identity_header: whatever the client sent under that name is dropped (any case,
+// every repeat), and the proxy's one field carries the client's identities, or none is written.
+TEST(UpstreamRequestHeadTest, ReplacesTheIdentityHeader) {
+  RequestHead client = Request(11, {{"X-Client-Identity", "spiffe://forged"},
+                                    {"x-client-identity", "dns:forged"},
+                                    {"X-Fencing-Token", "7"},
+                                    {"X-Other", "1"}});
+  http::request_header<> up = ParseRequestHead(
+      UpstreamRequestHead(client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", "X-Fencing-Token", true, 7,
+                          "X-Client-Identity", "spiffe://td/ns/shop/sa/w, dns:batch.shop.svc"));
+  EXPECT_EQ(Values(up, "X-Client-Identity"), std::vector<std::string>{"spiffe://td/ns/shop/sa/w, dns:batch.shop.svc"});
+  EXPECT_EQ(Values(up, "X-Fencing-Token"), std::vector<std::string>{"7"});
+  EXPECT_EQ(Values(up, "X-Other"), std::vector<std::string>{"1"});
+
+  // A client without an identity: the forged fields go, nothing comes in their place.
+  http::request_header<> none = ParseRequestHead(UpstreamRequestHead(
+      client, NextHopFraming::None(), "/o", "", "10.0.0.1", "b", "", true, std::nullopt, "X-Client-Identity", ""));
+  EXPECT_TRUE(Values(none, "X-Client-Identity").empty());
+  EXPECT_EQ(Values(none, "X-Fencing-Token"), std::vector<std::string>{"7"});
+}
+
 TEST(UpstreamRequestHeadTest, DropsFieldsNamedWithAnUnderscoreUnlessTold) {
   RequestHead client = Request(11, {{"X-Fencing-Token", "7"}, {"X_Fencing_Token", "99"},
                                                {"a_b", "1"}, {"_", "2"}, {"X-Kept", "3"}});

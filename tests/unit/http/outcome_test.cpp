@@ -35,6 +35,7 @@ TEST(OutcomeTest, EachOutcomeHasItsContractLabel) {
       {Outcome::kObservedUnverified, "observed_unverified"},
       {Outcome::kLockServiceUnavailable, "lock_service_unavailable"},
       {Outcome::kFenceStoreUnavailable, "fence_store_unavailable"},
+      {Outcome::kRejectedWriter, "rejected_writer"},
   };
   EXPECT_EQ(std::size(expected), static_cast<size_t>(Outcome::kCount)) << "a new outcome needs a row here";
   for (const auto& [outcome, label] : expected) EXPECT_EQ(OutcomeName(outcome), label);

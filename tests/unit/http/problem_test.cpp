@@ -51,6 +51,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kMalformedToken, {"malformed-token", 400}},
       {ProblemType::kMissingFenceKey, {"missing-fence-key", 400}},
       {ProblemType::kBadFenceKey, {"bad-fence-key", 400}},
+      {ProblemType::kWriterNotAllowed, {"writer-not-allowed", 403}},
       {ProblemType::kNoRoute, {"no-route", 404}},
       {ProblemType::kMethodNotAllowed, {"method-not-allowed", 405}},
       {ProblemType::kStaleToken, {"stale-token", 409}},

@@ -145,6 +145,7 @@ std::string OtherValue(const ConfigKey& key) {
   if (type == "path") return "/other";
   if (type == "header name") return "X-Other-Token";
   if (type == "string") return "other";
+  if (key.name == "writers") return "[\"spiffe://td/w\"]";
   if (type == "list") return key.section == KeySection::kRoute ? "[GET]" : "";  // not routes itself
   if (const size_t bar = type.find(" | "); bar != std::string_view::npos) {
     const std::string first(type.substr(0, bar));
@@ -190,6 +191,10 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
       b["routes"]["fence_key"] = "{path_segment: 1}";
     }
     if (key.name == "forget_idle_keys_after") b["routes"]["token_order"] = "global";
+    // TLS on listen for its own keys, plain_listen (beside it) and writers (client certificates).
+    if (key.section == KeySection::kTls || key.name == "plain_listen" || key.name == "writers") {
+      b["tls"] = {{"cert_file", "/c"}, {"key_file", "/k"}, {"client_ca_file", "/ca"}};
+    }
     return b;
   };
   size_t checked = 0;
@@ -222,8 +227,24 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     ++checked;
   }
   // All but timeouts, limits, routes themselves, fence_key (a mapping: FenceKeysOfARunningFence),
-  // lock_services and verify (mappings: LockServicesAndVerify) and fence_store (FenceStore).
-  EXPECT_GE(checked, ConfigKeys().size() - 7);
+  // lock_services and verify (mappings: LockServicesAndVerify), fence_store (FenceStore) and tls
+  // (ListenerTlsIsRestartOnly).
+  EXPECT_GE(checked, ConfigKeys().size() - 8);
+}
+
+// TLS on listen comes and goes with a restart only: a reload adding or removing the block is
+// refused naming tls (a change inside it names the key: EachKeyOfTheTableFollowsItsRestartRule).
+TEST_F(ConfigReloaderTest, ListenerTlsIsRestartOnly) {
+  const std::string with_tls = kBase + "tls: {cert_file: /c, key_file: /k}\n";
+  ConfigResult plain = ParseConfig(kBase, "a.yaml");
+  ConfigResult tls = ParseConfig(with_tls, "b.yaml");
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(tls.ok());
+  EXPECT_EQ(RestartOnlyChange(*plain.config, *tls.config), "tls");
+  EXPECT_EQ(RestartOnlyChange(*tls.config, *plain.config), "tls");
+  WriteBytes(path_, with_tls);
+  EXPECT_FALSE(reloader_->Reload("test"));
+  EXPECT_EQ(reloader_->running(), initial_);
 }
 
 // A fence the running routes have keeps its key settings until a restart: the registry holds its

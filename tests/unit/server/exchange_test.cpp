@@ -60,8 +60,9 @@ class ExchangeTest : public ::testing::Test {
     io::Acceptor acceptor(ioc_.get_executor(), tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
     tcp::socket client_peer(ioc_);
     client_peer.connect(acceptor.local_endpoint());
-    io::Socket proxy_side(ioc_.get_executor());
-    acceptor.accept(proxy_side);
+    io::Socket accepted(ioc_.get_executor());
+    acceptor.accept(accepted);
+    tls::ServerStream proxy_side(std::move(accepted));  // a plain client connection
     if (!call.body_later.empty()) asio::write(client_peer, asio::buffer(call.body_later));
 
     ClientBuffer client_buffer;
@@ -93,7 +94,7 @@ class ExchangeTest : public ::testing::Test {
         if (ec) return;
         cancel.timed_out = true;
         boost::system::error_code ignored;
-        proxy_side.cancel(ignored);
+        proxy_side.socket().cancel(ignored);
         if (cancel.upstream) cancel.upstream->socket.cancel(ignored);
       });
     }
@@ -112,7 +113,7 @@ class ExchangeTest : public ::testing::Test {
     EXPECT_TRUE(outcome.finished) << "the exchange did not end";
 
     boost::system::error_code ec;
-    proxy_side.shutdown(tcp::socket::shutdown_send, ec);
+    proxy_side.socket().shutdown(tcp::socket::shutdown_send, ec);
     std::string saw;
     asio::read(client_peer, asio::dynamic_buffer(saw), ec);
     outcome.client_saw = saw;

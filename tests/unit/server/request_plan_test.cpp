@@ -497,6 +497,130 @@ INSTANTIATE_TEST_SUITE_P(
         KeyCase{"Connection names the key header on an unkeyed route", "GET", "/other", {{"Connection", "X-Tenant"}},
                 Action::kReject, Outcome::kRejectedRequest, "bad-connection-header", ""}));
 
+// ---------------------------------------------------------------- writers and the identity
+
+constexpr const char* kWriterRoutes =
+    "  - name: guarded\n"
+    "    prefix: /guarded\n"
+    "    writers: [\"spiffe://td/ns/shop/sa/writer\", \"dns:batch.svc\", \"spiffe://td/ns/ops/*\"]\n"
+    "    identity_header: X-Client-Identity\n"
+    "  - name: watched\n"
+    "    prefix: /watched\n"
+    "    mode: observe\n"
+    "    writers: [\"spiffe://td/ns/shop/sa/writer\"]\n"
+    "  - name: guarded-keys\n"
+    "    prefix: /gk\n"
+    "    fence_key: {path_segment: 1}\n"
+    "    writers: [\"spiffe://td/ns/shop/sa/writer\"]\n"
+    "  - name: guarded-lax\n"
+    "    prefix: /gl\n"
+    "    missing_token: allow\n"
+    "    writers: [\"spiffe://td/ns/shop/sa/writer\"]\n";
+
+Env& WritersEnv() {
+  static Env env(Variant::kPass, "tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem}\n", kWriterRoutes);
+  return env;
+}
+
+const ClientIdentity kWriter = ClientIdentity::Of({"spiffe://td/ns/shop/sa/writer"});
+const ClientIdentity kReader = ClientIdentity::Of({"spiffe://td/ns/shop/sa/reader", "dns:reader.svc"});
+const ClientIdentity kOps = ClientIdentity::Of({"dns:ops.svc", "spiffe://td/ns/ops/sa/deployer"});
+const ClientIdentity kBatch = ClientIdentity::Of({"dns:batch.svc"});
+
+struct WriterCase {
+  const char* what;
+  const ClientIdentity* identity;
+  std::string method;
+  std::string target;
+  Fields fields;
+  Action action;
+  Outcome outcome;
+};
+
+void PrintTo(const WriterCase& c, std::ostream* os) { *os << c.what; }
+
+class PlanWritersTest : public testing::TestWithParam<WriterCase> {};
+
+// A fenced method from anyone but a writer is refused before its token (or key) is read: 403, no
+// token and no max in the problem, the connection kept.
+TEST_P(PlanWritersTest, OnlyWritersSendFencedMethods) {
+  const WriterCase& c = GetParam();
+  ASSERT_TRUE(WritersEnv().ok());
+  RequestPlan plan = PlanRequest(Head(c.method, c.target, c.fields), WritersEnv().runtime(), *c.identity);
+  EXPECT_EQ(plan.action, c.action) << plan.problem.detail;
+  EXPECT_EQ(OutcomeName(plan.outcome), OutcomeName(c.outcome));
+  if (c.outcome != Outcome::kRejectedWriter) return;
+  EXPECT_EQ(plan.problem.status, http::status::forbidden);
+  EXPECT_EQ(plan.problem.type, "writer-not-allowed");
+  EXPECT_FALSE(plan.close);
+  EXPECT_FALSE(plan.problem.token.has_value());
+  EXPECT_FALSE(plan.problem.max_token.has_value());
+  EXPECT_NE(plan.problem.detail.find(c.identity->empty() ? "no client identity" : c.identity->joined),
+            std::string::npos)
+      << plan.problem.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Writers, PlanWritersTest,
+    testing::Values(
+        WriterCase{"a writer", &kWriter, "PUT", "/guarded/1", kToken10, Action::kFence, Outcome::kRejectedRequest},
+        WriterCase{"a writer by prefix", &kOps, "POST", "/guarded/1", kToken10, Action::kFence,
+                   Outcome::kRejectedRequest},
+        WriterCase{"a writer by DNS name", &kBatch, "DELETE", "/guarded/1", kToken10, Action::kFence,
+                   Outcome::kRejectedRequest},
+        WriterCase{"no identity", &kNoIdentity, "PUT", "/guarded/1", kToken10, Action::kReject,
+                   Outcome::kRejectedWriter},
+        WriterCase{"another identity", &kReader, "PUT", "/guarded/1", kToken10, Action::kReject,
+                   Outcome::kRejectedWriter},
+        WriterCase{"another identity, a malformed token: 403, not 400", &kReader, "PUT", "/guarded/1", Token("x"),
+                   Action::kReject, Outcome::kRejectedWriter},
+        WriterCase{"another identity, no token: 403, not 428", &kReader, "PUT", "/guarded/1", {}, Action::kReject,
+                   Outcome::kRejectedWriter},
+        WriterCase{"another identity, a token sent twice", &kReader, "PUT", "/guarded/1", With(kToken10, kToken10),
+                   Action::kReject, Outcome::kRejectedWriter},
+        WriterCase{"another identity, not fenced", &kReader, "GET", "/guarded/1", {}, Action::kForward,
+                   Outcome::kUnfenced},
+        WriterCase{"no identity, not fenced", &kNoIdentity, "HEAD", "/guarded/1", kToken10, Action::kForward,
+                   Outcome::kUnfenced},
+        WriterCase{"observe mode refuses too", &kReader, "PUT", "/watched/1", kToken10, Action::kReject,
+                   Outcome::kRejectedWriter},
+        WriterCase{"observe mode, a writer", &kWriter, "PUT", "/watched/1", kToken10, Action::kFence,
+                   Outcome::kRejectedRequest},
+        WriterCase{"a keyed route: before the key", &kReader, "PUT", "/gk", kToken10, Action::kReject,
+                   Outcome::kRejectedWriter},
+        WriterCase{"a keyed route, a writer", &kWriter, "PUT", "/gk/k1", kToken10, Action::kFence,
+                   Outcome::kRejectedRequest},
+        WriterCase{"missing_token: allow without a token is still a fenced method", &kReader, "PUT", "/gl/1", {},
+                   Action::kReject, Outcome::kRejectedWriter},
+        WriterCase{"a route without writers", &kNoIdentity, "PUT", "/orders/1", kToken10, Action::kFence,
+                   Outcome::kRejectedRequest},
+        WriterCase{"no route", &kNoIdentity, "PUT", "/elsewhere", kToken10, Action::kForward, Outcome::kUnmatched},
+        // The request's own errors come first: they are about the message, not its sender.
+        WriterCase{"a path that is refused", &kReader, "PUT", "/guarded/../orders", kToken10, Action::kReject,
+                   Outcome::kRejectedPath}));
+
+TEST(PlanWritersTest, TheIdentityGoesToTheRoutesIdentityHeader) {
+  ASSERT_TRUE(WritersEnv().ok());
+  for (const char* method : {"GET", "PUT"}) {
+    RequestPlan plan = PlanRequest(Head(method, "/guarded/1", kToken10), WritersEnv().runtime(), kOps);
+    EXPECT_EQ(plan.identity_header, "X-Client-Identity") << method;
+    EXPECT_EQ(plan.identity, "dns:ops.svc, spiffe://td/ns/ops/sa/deployer") << method;
+  }
+  RequestPlan anonymous = PlanRequest(Head("GET", "/guarded/1", {}), WritersEnv().runtime());
+  EXPECT_EQ(anonymous.identity_header, "X-Client-Identity") << "dropped from the client even without an identity";
+  EXPECT_EQ(anonymous.identity, "");
+  RequestPlan other = PlanRequest(Head("GET", "/watched/1", {}), WritersEnv().runtime(), kWriter);
+  EXPECT_EQ(other.identity_header, "") << "a route without identity_header forwards the client's fields";
+  // The problem body: route and fence, no token, no max.
+  RequestPlan refused = PlanRequest(Head("PUT", "/guarded/1", kToken10), WritersEnv().runtime(), kReader);
+  json::object body = json::parse(ProblemJson(refused.problem)).as_object();
+  EXPECT_EQ(body.at("type").as_string(), "urn:fencing-proxy:problem:writer-not-allowed");
+  EXPECT_EQ(body.at("status").to_number<int>(), 403);
+  EXPECT_EQ(body.at("route").as_string(), "guarded");
+  EXPECT_FALSE(body.contains("token"));
+  EXPECT_FALSE(body.contains("max_token"));
+}
+
 TEST(PlanKeyTest, LaterProblemsCarryTheKey) {
   ASSERT_TRUE(KeyedEnv().ok());
   RequestHead head = Head("PUT", "/objects/k-9/part", Token("3"));
