@@ -29,6 +29,16 @@ FileWatcher::FileWatcher(std::vector<std::string> directories, std::chrono::mill
                          Changed changed)
     : directories_(std::move(directories)), poll_interval_(poll_interval), changed_(std::move(changed)) {
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  // Watching from here on, not from whenever the thread gets to it: a change right after start
+  // is seen too.
+  inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  for (const std::string& directory : directories_) {
+    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MODIFY | IN_ATTRIB;
+    if (inotify_fd_ < 0 || ::inotify_add_watch(inotify_fd_, directory.c_str(), mask) < 0) {
+      LogWarn("cannot watch a directory for changes; relying on the periodic check",
+              {{"directory", directory}, {"error", std::strerror(errno)}});
+    }
+  }
   thread_ = std::thread([this] { Watch(); });
 }
 
@@ -37,17 +47,11 @@ FileWatcher::~FileWatcher() {
   [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof one);
   thread_.join();
   ::close(stop_fd_);
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
 }
 
 void FileWatcher::Watch() {
-  int inotify_fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  for (const std::string& directory : directories_) {
-    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MODIFY | IN_ATTRIB;
-    if (inotify_fd < 0 || ::inotify_add_watch(inotify_fd, directory.c_str(), mask) < 0) {
-      LogWarn("cannot watch a directory for changes; relying on the periodic check",
-              {{"directory", directory}, {"error", std::strerror(errno)}});
-    }
-  }
+  const int inotify_fd = inotify_fd_;
   for (;;) {
     pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
     int ready = ::poll(fds, inotify_fd >= 0 ? 2 : 1, static_cast<int>(poll_interval_.count()));
@@ -63,7 +67,6 @@ void FileWatcher::Watch() {
     }
     changed_(trigger);
   }
-  if (inotify_fd >= 0) ::close(inotify_fd);
 }
 
 }  // namespace fencing

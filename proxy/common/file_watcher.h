@@ -32,7 +32,8 @@ class FileWatcher {
   const std::vector<std::string> directories_;
   const std::chrono::milliseconds poll_interval_;
   const Changed changed_;
-  int stop_fd_ = -1;  // eventfd that wakes the thread to stop
+  int stop_fd_ = -1;     // eventfd that wakes the thread to stop
+  int inotify_fd_ = -1;  // the directories' watches, in place before the constructor returns
   std::thread thread_;
 };
 

@@ -38,8 +38,8 @@ std::optional<std::string> ReadPemFile(const std::string& path, std::string* err
 // holds none, or on a certificate block that does not parse.
 std::vector<X509Ptr> ParseCertificates(std::string_view pem, std::string* error);
 
-// The one private key in the PEM text (PKCS#8, PKCS#1 or SEC1). An encrypted key fails: there is
-// no one to type its passphrase.
+// The first private key in the PEM text (PKCS#8, PKCS#1 or SEC1). An encrypted key fails: there
+// is no one to type its passphrase.
 PrivateKeyPtr ParsePrivateKey(std::string_view pem, std::string* error);
 
 // The certificate's notAfter as Unix seconds (nullopt if it cannot be read).

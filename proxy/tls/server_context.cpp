@@ -101,6 +101,11 @@ std::shared_ptr<const ServerContext> ServerContext::Build(const ListenTlsConfig&
     *error = Fail(config, ServerFile::kKey, why);
     return nullptr;
   }
+  if (X509_check_private_key(chain.front().get(), key.get()) != 1) {
+    ERR_clear_error();
+    *error = Fail(config, ServerFile::kKey, "does not belong to the certificate in tls.cert_file " + config.cert_file);
+    return nullptr;
+  }
   std::vector<X509Ptr> client_cas;
   if (config.asks_client_certificate()) {
     client_cas = ParseCertificates(files.client_ca, &why);
@@ -145,11 +150,6 @@ std::shared_ptr<const ServerContext> ServerContext::Build(const ListenTlsConfig&
   }
   if (SSL_CTX_use_PrivateKey(ctx, key.get()) != 1) {
     *error = Fail(config, ServerFile::kKey, "OpenSSL refuses the key: " + TakeOpenSslErrors());
-    return nullptr;
-  }
-  if (SSL_CTX_check_private_key(ctx) != 1) {
-    ERR_clear_error();
-    *error = Fail(config, ServerFile::kKey, "does not belong to the certificate in tls.cert_file " + config.cert_file);
     return nullptr;
   }
 

@@ -2,9 +2,9 @@
 // The stream a session reads requests from and writes answers to: a client's TCP connection,
 // plain or with TLS over it. Sessions, request bodies and exchanges are written against it once;
 // each read and write picks the layer with one branch, so the plain path costs that branch and
-// nothing else: no coroutine, no type erasure, no buffer of its own (the TLS state, with
-// OpenSSL's SSL, Asio's record buffers and the client's identity, is allocated only for a TLS
-// connection).
+// nothing else: no coroutine, no type erasure, no handler wrapped or moved once more, no buffer
+// of its own (the TLS state, with OpenSSL's SSL, Asio's record buffers and the client's
+// identity, is allocated only for a TLS connection).
 //
 // The TCP socket stays reachable (socket()) for what is not a read or a write of the protocol:
 // the sweep's cancel, the cold idle wait for readability, the lingering close, close itself.
@@ -13,7 +13,6 @@
 #include "tls/server_context.h"
 #include "tls/server_identity.h"
 
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -45,30 +44,19 @@ class ServerStream {
   io::Socket& socket() { return socket_; }
   executor_type get_executor() { return socket_.get_executor(); }
 
+  // Each layer's own initiating function, the token passed on untouched: with the same token and
+  // completion signature both return the same type (an awaitable for a coroutine, nothing for a
+  // handler), so the plain path is the socket's call itself behind one branch.
   template <typename MutableBuffers, typename Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const MutableBuffers& b) {
-          if (tls_) {
-            tls_->stream.async_read_some(b, std::move(handler));
-          } else {
-            socket_.async_read_some(b, std::move(handler));
-          }
-        },
-        token, buffers);
+    if (tls_) return tls_->stream.async_read_some(buffers, std::forward<Token>(token));
+    return socket_.async_read_some(buffers, std::forward<Token>(token));
   }
 
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const ConstBuffers& b) {
-          if (tls_) {
-            tls_->stream.async_write_some(b, std::move(handler));
-          } else {
-            socket_.async_write_some(b, std::move(handler));
-          }
-        },
-        token, buffers);
+    if (tls_) return tls_->stream.async_write_some(buffers, std::forward<Token>(token));
+    return socket_.async_write_some(buffers, std::forward<Token>(token));
   }
 
  private:

@@ -389,7 +389,9 @@ TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
   EXPECT_EQ(paths, (std::set<std::string>{"listen", "admin_listen", "backend", "state_file", "threads",
                                           "timeouts.connect", "limits.max_connections", "routes[].fence_key",
                                           "routes[].max_keys", "routes[].token_order",
-                                          "routes[].forget_idle_keys_after", "lock_services", "fence_store"}));
+                                          "routes[].forget_idle_keys_after", "lock_services", "fence_store", "tls",
+                                          "tls.cert_file", "tls.key_file", "tls.client_ca_file",
+                                          "tls.client_certificate", "tls.min_version", "plain_listen"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {

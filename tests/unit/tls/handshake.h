@@ -45,7 +45,7 @@ inline void UsePem(SSL_CTX* ctx, const std::string& cert_pem, const std::string&
 }
 
 // The client does not check the server's certificate here (the server side is under test).
-inline void Run(const tls::ServerContext& server_context, const Client& spec, Outcome* out) {
+inline void Handshake(const tls::ServerContext& server_context, const Client& spec, Outcome* out) {
   SSL_CTX* client_ctx = SSL_CTX_new(TLS_client_method());
   SSL_CTX_set_security_level(client_ctx, 0);  // let a test offer what the server must refuse
   SSL_CTX_set_min_proto_version(client_ctx, spec.min_version);

@@ -164,7 +164,7 @@ TEST_F(ReloaderTest, ASwapMakesANewContextAndOpenConnectionsKeepTheirs) {
   client.cert_pem = writer.cert_pem();
   client.key_pem = writer.key_pem();
   test_handshake::Outcome out;
-  test_handshake::Run(*reloader->Current(), client, &out);
+  test_handshake::Handshake(*reloader->Current(), client, &out);
   ASSERT_TRUE(out.server_ok);
   EXPECT_EQ(ASN1_INTEGER_get(X509_get0_serialNumber(SSL_get_certificate(out.server))), 0x1B02);
 }

@@ -113,7 +113,7 @@ TEST_F(ServerContextTest, SpeaksTls12And13AndNothingOlder) {
     Client client;
     client.min_version = client.max_version = version;
     Outcome out;
-    Run(*context, client, &out);
+    Handshake(*context, client, &out);
     EXPECT_TRUE(out.server_ok) << version;
     EXPECT_EQ(out.version, version);
   }
@@ -121,7 +121,7 @@ TEST_F(ServerContextTest, SpeaksTls12And13AndNothingOlder) {
     Client client;
     client.min_version = client.max_version = version;
     Outcome out;
-    Run(*context, client, &out);
+    Handshake(*context, client, &out);
     EXPECT_FALSE(out.server_ok) << version;
   }
 }
@@ -132,10 +132,10 @@ TEST_F(ServerContextTest, MinVersion13RefusesTls12) {
   Client tls12;
   tls12.max_version = TLS1_2_VERSION;
   Outcome refused;
-  Run(*context, tls12, &refused);
+  Handshake(*context, tls12, &refused);
   EXPECT_FALSE(refused.server_ok);
   Outcome ok;
-  Run(*context, Client{}, &ok);
+  Handshake(*context, Client{}, &ok);
   EXPECT_TRUE(ok.server_ok);
   EXPECT_EQ(ok.version, TLS1_3_VERSION);
 }
@@ -155,9 +155,11 @@ TEST_F(ServerContextTest, Tls12OffersEcdheWithAeadOnly) {
     client.max_version = TLS1_2_VERSION;
     client.tls12_ciphers = suite;
     Outcome out;
-    Run(*context, client, &out);
+    Handshake(*context, client, &out);
     EXPECT_EQ(out.server_ok, accepted) << suite;
-    if (accepted) EXPECT_EQ(out.cipher, suite);
+    if (accepted) {
+      EXPECT_EQ(out.cipher, suite);
+    }
   }
 }
 
@@ -166,18 +168,18 @@ TEST_F(ServerContextTest, AlpnIsHttp11OrNothing) {
   Client both;
   both.alpn = {"h2", "http/1.1"};
   Outcome chosen;
-  Run(*context, both, &chosen);
+  Handshake(*context, both, &chosen);
   ASSERT_TRUE(chosen.server_ok);
   EXPECT_EQ(chosen.alpn, "http/1.1");
 
   Client h2_only;
   h2_only.alpn = {"h2"};
   Outcome refused;
-  Run(*context, h2_only, &refused);
+  Handshake(*context, h2_only, &refused);
   EXPECT_FALSE(refused.server_ok) << "no_application_protocol (RFC 7301)";
 
   Outcome none;
-  Run(*context, Client{}, &none);
+  Handshake(*context, Client{}, &none);
   EXPECT_TRUE(none.server_ok) << "a client without ALPN is served HTTP/1.1";
   EXPECT_EQ(none.alpn, "");
 }
@@ -185,7 +187,7 @@ TEST_F(ServerContextTest, AlpnIsHttp11OrNothing) {
 TEST_F(ServerContextTest, NoRenegotiationNoCompression) {
   auto context = Build(Files());
   Outcome out;
-  Run(*context, Client{}, &out);
+  Handshake(*context, Client{}, &out);
   ASSERT_TRUE(out.server_ok);
   const uint64_t options = SSL_get_options(out.server);
   EXPECT_TRUE(options & SSL_OP_NO_RENEGOTIATION);
@@ -195,7 +197,7 @@ TEST_F(ServerContextTest, NoRenegotiationNoCompression) {
 TEST_F(ServerContextTest, WithoutClientCaNoCertificateIsAskedFor) {
   auto context = Build(Files());
   Outcome out;
-  Run(*context, WithCert(writer_), &out);
+  Handshake(*context, WithCert(writer_), &out);
   ASSERT_TRUE(out.server_ok);
   EXPECT_EQ(SSL_get0_peer_certificate(out.server), nullptr);
   EXPECT_TRUE(VerifiedIdentity(out.server).empty());
@@ -208,7 +210,7 @@ TEST_F(ServerContextTest, RequireVerifiesAndRefuses) {
     Client writer = WithCert(writer_);
     writer.max_version = version;
     Outcome ok;
-    Run(*context, writer, &ok);
+    Handshake(*context, writer, &ok);
     ASSERT_TRUE(ok.server_ok);
     const ClientIdentity identity = VerifiedIdentity(ok.server);
     EXPECT_EQ(identity.names,
@@ -218,7 +220,7 @@ TEST_F(ServerContextTest, RequireVerifiesAndRefuses) {
     Client anonymous;
     anonymous.max_version = version;
     Outcome none;
-    Run(*context, anonymous, &none);
+    Handshake(*context, anonymous, &none);
     EXPECT_FALSE(none.server_ok) << "no certificate";
 
     const Issued other_ca = Ca("another CA", 7);
@@ -228,7 +230,7 @@ TEST_F(ServerContextTest, RequireVerifiesAndRefuses) {
     Client from_other = WithCert(Leaf(other_ca, stranger));
     from_other.max_version = version;
     Outcome other;
-    Run(*context, from_other, &other);
+    Handshake(*context, from_other, &other);
     EXPECT_FALSE(other.server_ok) << "signed by another CA";
 
     LeafSpec expired = stranger;
@@ -237,7 +239,7 @@ TEST_F(ServerContextTest, RequireVerifiesAndRefuses) {
     Client late = WithCert(Leaf(ca_, expired));
     late.max_version = version;
     Outcome old;
-    Run(*context, late, &old);
+    Handshake(*context, late, &old);
     EXPECT_FALSE(old.server_ok) << "expired";
 
     LeafSpec server_only = stranger;
@@ -245,7 +247,7 @@ TEST_F(ServerContextTest, RequireVerifiesAndRefuses) {
     Client wrong = WithCert(Leaf(ca_, server_only));
     wrong.max_version = version;
     Outcome purpose;
-    Run(*context, wrong, &purpose);
+    Handshake(*context, wrong, &purpose);
     EXPECT_FALSE(purpose.server_ok) << "a certificate for servers only";
   }
 }
@@ -254,12 +256,12 @@ TEST_F(ServerContextTest, OptionalServesWithoutACertificateButVerifiesOne) {
   config_.client_certificate = ListenTlsConfig::ClientCertificate::kOptional;
   auto context = Build(MutualFiles());
   Outcome none;
-  Run(*context, Client{}, &none);
+  Handshake(*context, Client{}, &none);
   ASSERT_TRUE(none.server_ok);
   EXPECT_TRUE(VerifiedIdentity(none.server).empty());
 
   Outcome writer;
-  Run(*context, WithCert(writer_), &writer);
+  Handshake(*context, WithCert(writer_), &writer);
   ASSERT_TRUE(writer.server_ok);
   EXPECT_FALSE(VerifiedIdentity(writer.server).empty());
 
@@ -267,7 +269,7 @@ TEST_F(ServerContextTest, OptionalServesWithoutACertificateButVerifiesOne) {
   stranger.purpose = "clientAuth";
   stranger.sans = {"URI:spiffe://x/y"};
   Outcome other;
-  Run(*context, WithCert(Leaf(Ca("another CA", 7), stranger)), &other);
+  Handshake(*context, WithCert(Leaf(Ca("another CA", 7), stranger)), &other);
   EXPECT_FALSE(other.server_ok) << "a certificate that is sent is verified";
 }
 

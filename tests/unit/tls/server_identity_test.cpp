@@ -44,7 +44,9 @@ TEST(ServerIdentityTest, NeverTheCnAndNoOtherKindOfSan) {
 }
 
 TEST(ServerIdentityTest, LeavesOutWhatWouldBreakTheIdentityHeader) {
-  EXPECT_EQ(NamesOf({"URI:spiffe://td/a,b", "URI:spiffe://td/ok"}), Names{"spiffe://td/ok"});
+  EXPECT_EQ(NamesOf({"URI:spiffe://td/a,b", "URI:spiffe://td/a b", "URI:spiffe://td/a\r\nX-Evil: 1",
+                     "DNS:caf\xc3\xa9.svc", "URI:spiffe://td/ok"}),
+            Names{"spiffe://td/ok"});
 }
 
 TEST(ServerIdentityTest, JoinedIsTheHeadersValue) {

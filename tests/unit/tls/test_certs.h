@@ -59,6 +59,23 @@ inline void AddExtension(X509* cert, X509* issuer, int nid, const std::string& v
   X509_EXTENSION_free(ext);
 }
 
+// One SAN, "KIND:value" with KIND URI, DNS, IP or email; the value taken as written (a comma
+// too, which OpenSSL's config syntax would split on).
+inline GENERAL_NAME* SanOf(const std::string& san) {
+  const size_t colon = san.find(':');
+  const std::string kind = san.substr(0, colon);
+  const std::string value = san.substr(colon + 1);
+  GENERAL_NAME* name = GENERAL_NAME_new();
+  if (kind == "IP") {
+    GENERAL_NAME_set0_value(name, GEN_IPADD, a2i_IPADDRESS(value.c_str()));
+    return name;
+  }
+  ASN1_IA5STRING* text = ASN1_IA5STRING_new();
+  ASN1_STRING_set(text, value.data(), static_cast<int>(value.size()));
+  GENERAL_NAME_set0_value(name, kind == "URI" ? GEN_URI : kind == "DNS" ? GEN_DNS : GEN_EMAIL, text);
+  return name;
+}
+
 struct Issued {
   Key key;
   Cert cert;
@@ -68,7 +85,7 @@ struct Issued {
 
 struct LeafSpec {
   std::string cn = "leaf";
-  std::vector<std::string> sans;  // "URI:spiffe://...", "DNS:a.b", "IP:127.0.0.1", "email:x@y"
+  std::vector<std::string> sans;  // "URI:spiffe://...", "DNS:a.b", "IP:127.0.0.1", "email:x@y" (SanOf)
   std::string purpose = "serverAuth";  // extendedKeyUsage
   long serial = 1;
   long not_before_offset = -3600;  // seconds from now
@@ -98,9 +115,10 @@ inline Issued Issue(const LeafSpec& spec, const Issued* issuer, bool ca) {
     AddExtension(cert, signer_cert, NID_ext_key_usage, spec.purpose);
   }
   if (!spec.sans.empty()) {
-    std::string sans;
-    for (const std::string& san : spec.sans) sans += (sans.empty() ? "" : ",") + san;
-    AddExtension(cert, signer_cert, NID_subject_alt_name, sans);
+    GENERAL_NAMES* names = sk_GENERAL_NAME_new_null();
+    for (const std::string& san : spec.sans) sk_GENERAL_NAME_push(names, SanOf(san));
+    X509_add1_ext_i2d(cert, NID_subject_alt_name, names, 0, X509V3_ADD_DEFAULT);
+    GENERAL_NAMES_free(names);
   }
   X509_sign(cert, issuer ? issuer->key.get() : out.key.get(), EVP_sha256());
   return out;
