@@ -16,7 +16,11 @@
 //  - the upstream head is clean (CheckRawHead), parses back to the same method and target, and
 //    plans to the same route (the backend cannot see another route than the fence did);
 //  - a forwarded path routes the same once ";params" are dropped from its segments, as servlet
-//    containers do ("/orders;x/1" is "/orders/1" to them).
+//    containers do ("/orders;x/1" is "/orders/1" to them);
+//  - on a route with writers, a fenced method from a client none of whose identities they admit
+//    (the input picks none, a writer or another) is refused 403 with no token read, and nothing
+//    else is refused for who sent it; the route's identity header reaches the backend once with
+//    the client's identity, or not at all.
 
 #include "metrics/metrics.h"
 #include "common/log.h"
@@ -31,9 +35,11 @@
 #include "http/problem.h"
 #include "http/raw_head.h"
 #include "http/request_head.h"
+#include "http/rules.h"
 #include "http/uri.h"
 #include "server/request_plan.h"
 #include "server/runtime.h"
+#include "tls/server_identity.h"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/string.hpp>
@@ -74,7 +80,11 @@ routes:
   - {name: quiet, prefix: /quiet, mode: observe, forward_token: false, methods: [DELETE]}
   - {name: legacy, prefix: /Legacy, path_case_insensitive: true}
   - {name: jumpy, prefix: /jumpy, max_token_jump: 50}
+  - {name: guarded, prefix: /guarded, writers: ["spiffe://td/w", "dns:*"], identity_header: X-Client-Identity}
 )";
+// Client certificates are asked for (writers need them); the files are never read here.
+constexpr std::string_view kTls = "tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem, "
+                                  "client_ca_file: /nonexistent/ca.pem}\n";
 constexpr std::string_view kConfigA = R"(backend: "http://127.0.0.1:1"
 state_file: /nonexistent/fences.log
 )";
@@ -96,7 +106,7 @@ Env& GetEnv() {
     auto* e = new Env();
     const std::string_view bases[2] = {kConfigA, kConfigB};
     for (int i = 0; i < 2; ++i) {
-      ConfigResult r = ParseConfig(std::string(bases[i]) + std::string(kRoutes), "fuzz-head.yaml");
+      ConfigResult r = ParseConfig(std::string(bases[i]) + std::string(kTls) + std::string(kRoutes), "fuzz-head.yaml");
       if (!r.ok()) {
         for (const ConfigError& err : r.errors) std::fprintf(stderr, "%s\n", err.ToString().c_str());
         std::abort();
@@ -311,8 +321,38 @@ void CheckForwardable(const RequestHead& req, const RequestPlan& plan, const Run
              "a forwarded path routes elsewhere once ';params' are dropped");
 }
 
+// The clients a request may come from: none (no certificate, or the plain listener), a writer of
+// the guarded route, and another.
+const ClientIdentity* Identities() {
+  static const ClientIdentity identities[3] = {
+      ClientIdentity{}, ClientIdentity::Of({"dns:batch.svc", "spiffe://td/w"}), ClientIdentity::Of({"spiffe://td/r"})};
+  return identities;
+}
+
+// Who may write is decided on the route and the method, before the token: a fenced method on a
+// route with writers from a client they do not admit is refused (and nothing else is, for that).
+void CheckWriters(const RequestHead& req, const RequestPlan& plan, const ClientIdentity& identity) {
+  bool admitted = false;
+  const bool guarded = plan.route && !plan.route->config->writers.empty();
+  if (guarded) {
+    for (const std::string& writer : plan.route->config->writers) {
+      for (const std::string& name : identity.names) admitted = admitted || WriterAdmits(writer, name);
+    }
+  }
+  const bool must_refuse = guarded && plan.route->FencesMethod(req.method_string()) && !admitted;
+  const bool refused = plan.outcome == Outcome::kRejectedWriter;
+  FUZZ_CHECK(must_refuse == refused, must_refuse ? "a client that may not write was not refused as such"
+                                                 : "a client refused as a writer that may write");
+  if (refused) {
+    FUZZ_CHECK(plan.action == RequestPlan::Action::kReject && plan.problem.status == http::status::forbidden &&
+                   !plan.problem.token && !plan.problem.max_token,
+               "a writer refusal that is no 403 without a token");
+  }
+}
+
 // What the session sends upstream, read back.
-void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtime& runtime) {
+void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtime& runtime,
+                   const ClientIdentity& identity) {
   const bool drop_underscored = runtime.config().headers_with_underscores == HeadersWithUnderscores::kDrop;
   // As the session frames it: streaming (nothing whole in hand), or a body held whole.
   const bool whole = req.method_string().size() % 2 == 0;
@@ -320,7 +360,8 @@ void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtim
   const NextHopFraming framing = UpstreamRequestFraming(req, whole ? std::optional<uint64_t>(held) : std::nullopt);
   const std::string wire = UpstreamRequestHead(req, framing, plan.origin_target, plan.host, "127.0.0.1",
                                                runtime.config().backend.ToString(), plan.drop_header, drop_underscored,
-                                               plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt);
+                                               plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
+                                               plan.identity_header, plan.identity);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
   Parser back;
@@ -373,8 +414,16 @@ void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtim
     FUZZ_CHECK(CountFields(up.base(), token_header) == 1, "a fenced write sent upstream without its one token");
   }
 
+  // The identity header: the proxy's alone, once with an identity, else absent.
+  if (plan.route && !plan.route->config->identity_header.empty()) {
+    const std::string& name = plan.route->config->identity_header;
+    FUZZ_CHECK(CountFields(up.base(), name) == (identity.empty() ? 0u : 1u) &&
+                   (identity.empty() || up[name] == identity.joined),
+               "the identity header upstream is not exactly the client's identity");
+  }
+
   // The backend sees the same route the fence was asked about, and nothing ambiguous.
-  const RequestPlan again = PlanRequest(up_head, runtime);
+  const RequestPlan again = PlanRequest(up_head, runtime, identity);
   FUZZ_CHECK(again.action != RequestPlan::Action::kReject ||
                  (again.outcome != Outcome::kRejectedPath && again.outcome != Outcome::kRejectedRequest),
              "the upstream request is one the proxy itself would refuse");
@@ -433,7 +482,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World world(env, config, persist_ok, /*state_failed=*/mix % 29 == 0);
 
   const Runtime& runtime = *world.runtime;
-  RequestPlan plan = PlanRequest(req, runtime);
+  const ClientIdentity& identity = Identities()[(mix >> 4) % 3];
+  RequestPlan plan = PlanRequest(req, runtime, identity);
+  CheckWriters(req, plan, identity);
 
   if (plan.action == RequestPlan::Action::kFence) {
     FUZZ_CHECK(plan.route != nullptr && plan.route->FencesMethod(req.method_string()), "a kFence plan without a fenced route");
@@ -486,7 +537,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(plan.outcome == Outcome::kForwarded, "an enforced fenced write forwarded without admission");
     }
     CheckForwardable(req, plan, runtime);
-    CheckUpstream(req, plan, runtime);
+    CheckUpstream(req, plan, runtime, identity);
   } else {
     FUZZ_CHECK(plan.action == RequestPlan::Action::kReject, "a plan left undecided");
     const auto response = MakeProblemResponse(plan.problem, req.version(), !plan.close && req.keep_alive());
