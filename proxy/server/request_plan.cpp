@@ -195,10 +195,6 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime, const C
   plan.problem.route = route.name;
   plan.problem.fence = route.fence;
   if (!route.forward_token) plan.drop_header = config.token_header;
-  if (!route.identity_header.empty()) {
-    plan.identity_header = route.identity_header;
-    plan.identity = identity.joined;
-  }
   if (!plan.route->FencesMethod(head.method_string())) {
     Forward(plan, Outcome::kUnfenced);
     return plan;

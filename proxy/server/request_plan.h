@@ -35,8 +35,6 @@ struct RequestPlan {
                                      // target's authority, RFC 9112 section 3.2.2); empty: the client's
   std::string_view drop_header;      // header not to forward as the client wrote it (the token)
   bool rewrite_token = false;        // kFence: drop_header goes on as `token` in plain decimal
-  std::string_view identity_header;  // the route's: the client's field of this name is dropped,
-  std::string_view identity;         // and this one (the client's identities; empty: none) added
 
   const RouteMetrics& metrics(const Runtime& runtime) const {
     return route ? *route->metrics : runtime.unmatched_metrics();

@@ -532,14 +532,16 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   // off) in bounded time, or a raise waiting for it would wait forever.
   SetDeadline(started + config.timeouts.request);
 
-  // Request head for the backend, framed by the proxy (never the client's framing bytes).
+  // Request head for the backend, framed by the proxy (never the client's framing bytes). A
+  // route's identity header carries the client's identity, never what the client sent in it.
+  const std::string_view identity_header = plan.route ? std::string_view(plan.route->config->identity_header) : "";
   const NextHopFraming framing =
       UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
   const std::string upstream_head =
       UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
                           plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop,
                           plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
-                          plan.identity_header, plan.identity);
+                          identity_header, identity_header.empty() ? "" : stream_.identity().joined);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = framing.kind == BodyFraming::kChunked;

@@ -46,17 +46,18 @@ class ServerStream {
 
   // Each layer's own initiating function, the token passed on untouched: with the same token and
   // completion signature both return the same type (an awaitable for a coroutine, nothing for a
-  // handler), so the plain path is the socket's call itself behind one branch.
+  // handler), made in place (a conditional of two prvalues), and inlined: the plain path is the
+  // socket's own call behind one branch.
   template <typename MutableBuffers, typename Token>
-  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->stream.async_read_some(buffers, std::forward<Token>(token));
-    return socket_.async_read_some(buffers, std::forward<Token>(token));
+  [[gnu::always_inline]] auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+    return tls_ ? tls_->stream.async_read_some(buffers, std::forward<Token>(token))
+                : socket_.async_read_some(buffers, std::forward<Token>(token));
   }
 
   template <typename ConstBuffers, typename Token>
-  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->stream.async_write_some(buffers, std::forward<Token>(token));
-    return socket_.async_write_some(buffers, std::forward<Token>(token));
+  [[gnu::always_inline]] auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+    return tls_ ? tls_->stream.async_write_some(buffers, std::forward<Token>(token))
+                : socket_.async_write_some(buffers, std::forward<Token>(token));
   }
 
  private:

@@ -599,19 +599,9 @@ INSTANTIATE_TEST_SUITE_P(
         WriterCase{"a path that is refused", &kReader, "PUT", "/guarded/../orders", kToken10, Action::kReject,
                    Outcome::kRejectedPath}));
 
-TEST(PlanWritersTest, TheIdentityGoesToTheRoutesIdentityHeader) {
+// The problem body: route and fence, no token, no max.
+TEST(PlanWritersTest, TheProblemSaysWhichRouteAndNothingOfTheFence) {
   ASSERT_TRUE(WritersEnv().ok());
-  for (const char* method : {"GET", "PUT"}) {
-    RequestPlan plan = PlanRequest(Head(method, "/guarded/1", kToken10), WritersEnv().runtime(), kOps);
-    EXPECT_EQ(plan.identity_header, "X-Client-Identity") << method;
-    EXPECT_EQ(plan.identity, "dns:ops.svc, spiffe://td/ns/ops/sa/deployer") << method;
-  }
-  RequestPlan anonymous = PlanRequest(Head("GET", "/guarded/1", {}), WritersEnv().runtime());
-  EXPECT_EQ(anonymous.identity_header, "X-Client-Identity") << "dropped from the client even without an identity";
-  EXPECT_EQ(anonymous.identity, "");
-  RequestPlan other = PlanRequest(Head("GET", "/watched/1", {}), WritersEnv().runtime(), kWriter);
-  EXPECT_EQ(other.identity_header, "") << "a route without identity_header forwards the client's fields";
-  // The problem body: route and fence, no token, no max.
   RequestPlan refused = PlanRequest(Head("PUT", "/guarded/1", kToken10), WritersEnv().runtime(), kReader);
   json::object body = json::parse(ProblemJson(refused.problem)).as_object();
   EXPECT_EQ(body.at("type").as_string(), "urn:fencing-proxy:problem:writer-not-allowed");
