@@ -179,6 +179,13 @@ io::Awaitable<void> Session::Handshake() {
     co_return;
   }
   metrics.tls_handshakes(TlsHandshakeResult::kOk).Increment();
+  // Shutting down since the handshake began: the drain closed the idle connections before this
+  // one was idle, so it closes itself.
+  if (worker_.shared().draining.load(std::memory_order_relaxed)) {
+    co_await SendCloseNotify();
+    Close();
+    co_return;
+  }
   stream_.TakeIdentity();
   co_await Run();
 }
@@ -534,14 +541,16 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
 
   // Request head for the backend, framed by the proxy (never the client's framing bytes). A
   // route's identity header carries the client's identity, never what the client sent in it.
-  const std::string_view identity_header = plan.route ? std::string_view(plan.route->config->identity_header) : "";
+  const std::string_view identity_header =
+      plan.route ? std::string_view(plan.route->config->identity_header) : std::string_view();
+  const std::string_view identity = identity_header.empty() ? std::string_view() : stream_.identity().joined;
   const NextHopFraming framing =
       UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
   const std::string upstream_head =
       UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
                           plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop,
                           plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
-                          identity_header, identity_header.empty() ? "" : stream_.identity().joined);
+                          identity_header, identity);
   ExchangeRequest request;
   request.head = upstream_head;
   request.chunked = framing.kind == BodyFraming::kChunked;

@@ -359,11 +359,13 @@ void CheckUpstream(const RequestHead& req, const RequestPlan& plan, const Runtim
   const uint64_t held = req.target().size();
   const NextHopFraming framing = UpstreamRequestFraming(req, whole ? std::optional<uint64_t>(held) : std::nullopt);
   // As Session::Forward: the route's identity header, with the client's identity.
-  const std::string_view identity_header = plan.route ? std::string_view(plan.route->config->identity_header) : "";
+  const std::string_view identity_header =
+      plan.route ? std::string_view(plan.route->config->identity_header) : std::string_view();
   const std::string wire = UpstreamRequestHead(req, framing, plan.origin_target, plan.host, "127.0.0.1",
                                                runtime.config().backend.ToString(), plan.drop_header, drop_underscored,
                                                plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
-                                               identity_header, identity_header.empty() ? "" : identity.joined);
+                                               identity_header,
+                                               identity_header.empty() ? std::string_view() : identity.joined);
 
   FUZZ_CHECK(CheckRawHead(wire).ok, "the upstream head is one CheckRawHead would refuse");
   Parser back;
