@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fencing {
@@ -85,8 +87,8 @@ struct RouteConfig {
   std::string identity_header;
 };
 
-// A client of a lock service (contract "Verified raises"; the etcd client also carries shared
-// fences). Endpoints and hosts are as written; secrets are read from files, never the route file.
+// The TLS of a client the proxy is: of an etcd lock service or fence store (tls:), and of the
+// backend (backend_tls:). Files are named, never inlined: secrets stay out of the route file.
 struct TlsSettings {
   std::string ca_file;    // empty: the system's trust store
   std::string cert_file;  // client certificate (mutual TLS); with key_file
@@ -95,6 +97,8 @@ struct TlsSettings {
   bool operator==(const TlsSettings&) const = default;
 };
 
+// A client of a lock service (contract "Verified raises"; the etcd client also carries shared
+// fences). Endpoints and hosts are as written; secrets are read from files, never the route file.
 struct EtcdClientConfig {
   // "http://host:port" or "https://host:port" (https needs TLS; tls: settings apply to it).
   std::vector<std::string> endpoints;
@@ -183,8 +187,14 @@ struct ProxyConfig {
   HostPort admin_listen{"127.0.0.1", 9901};
   std::optional<ListenTlsConfig> tls;    // TLS on listen; absent: plain HTTP
   std::optional<HostPort> plain_listen;  // a second listener, plain HTTP, beside a TLS listen
-  HostPort backend;          // from backend: "http://host:port" (port defaults to 80)
+  HostPort backend;          // from backend: "http://host[:port]" (80) or "https://host[:port]" (443)
   std::string backend_url;   // as written
+  // https://: every backend connection is TLS, verified with backend_tls (tls/client_context.h).
+  bool backend_https = false;
+  // backend_tls: CA file (empty: the system's trust store), client certificate and key,
+  // server_name (empty: the backend's host). Only with an https backend (a config error
+  // otherwise); empty with one means every default.
+  TlsSettings backend_tls;
   std::string state_file;    // empty when fence_store is set (they exclude each other)
   std::optional<FenceStoreConfig> fence_store;
   std::string token_header = "X-Fencing-Token";
@@ -196,6 +206,10 @@ struct ProxyConfig {
   Limits limits;
   std::vector<LockServiceConfig> lock_services;  // in file order
   std::vector<RouteConfig> routes;
+  // Where each key was written, by its path as messages name it ("backend_tls.ca_file",
+  // "routes[1].prefix"): for problems found after loading, such as a file a key names that does
+  // not load, to be reported at the key like every other error (ErrorAt).
+  std::map<std::string, std::pair<int, int>, std::less<>> written_at;  // path -> (line, column)
   const LockServiceConfig* FindLockService(std::string_view name) const;
   // How long a request waits for its raise: timeouts.request; with the shared store, also
   // member_ttl + 1 s, the longest a raise there waits for a proxy that died (its lease to end,
@@ -224,6 +238,9 @@ struct ConfigResult {
   std::vector<ConfigError> errors;            // every problem found, in file order
   bool ok() const { return config != nullptr; }
 };
+
+// An error at the key `path` of config's file (line and column 0 when it was not written).
+ConfigError ErrorAt(const ProxyConfig& config, std::string_view path, std::string message);
 
 // Reads and validates a route file. An unreadable file is one error at line 0, column 0.
 ConfigResult LoadConfigFile(const std::string& path);

@@ -12,6 +12,7 @@
 #include <set>
 #include <span>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include <yaml-cpp/yaml.h>
@@ -226,6 +227,7 @@ class Loader {
         Error(key_at, Prefixed(where, UnknownKeyMessage(key, *known, where)));
         continue;
       }
+      config_->written_at.emplace(where.empty() ? key : where + "." + key, std::pair{key_at.line, key_at.column});
       entries.push_back(Entry{key, key_at, it->second});
     }
     return entries;
@@ -384,6 +386,7 @@ class Loader {
     const Position root_at = At(root);
     Walk(root, KeySection::kTop, "", root_at);
     CheckFenceStoreUse(*config);
+    CheckBackendTls(*config);
     CheckKeyHeaders(*config);
     CheckVerifyServices(*config);
     CheckListenTls(*config);
@@ -969,6 +972,15 @@ class Loader {
     }
   }
 
+  // backend_tls describes the TLS of an https:// backend: with http:// it would be ignored, and a
+  // setting that is silently ignored is a setting the operator believes is in force. Checked once
+  // the whole file is read (backend may come after it).
+  void CheckBackendTls(const ProxyConfig& c) {
+    if (!top_.backend_tls_at || !top_.backend_ok || c.backend_https) return;
+    Error(*top_.backend_tls_at, "backend_tls: the backend is http://; TLS settings need an https:// backend (write "
+                                "https://, or drop backend_tls)");
+  }
+
   // A lock service's (or the fence store's) timeout: a raise waits this long for the answer, at
   // most a minute. why: what waits, for the message.
   void LockServiceTimeout(const Entry& e, const std::string& path, std::chrono::milliseconds* field,
@@ -1309,6 +1321,7 @@ class Loader {
     std::optional<Position> state_file_at, fence_store_at;      // their keys, where written
     std::optional<Position> tls_at, client_certificate_at;      // tls and tls.client_certificate
     bool listen_ok = true, admin_ok = true, backend_ok = false, plain_ok = false;
+    std::optional<Position> backend_tls_at;                     // its key, where written
   } top_;
   std::optional<Position> buffered_at_;  // where limits.buffered_body_bytes was written (and valid)
 
@@ -1398,9 +1411,21 @@ const ConfigKey kKeys[] = {
      .load =
          [](Loader& l, const Entry& e, const std::string& path) {
            l.top_.backend_at = l.At(e.value, e.key_at);
-           l.top_.backend_ok = l.Checked(e, path, CheckBackendUrl, &l.config_->backend);
+           auto check = [&l](std::string_view text, HostPort* out) {
+             return CheckBackendUrl(text, out, &l.config_->backend_https);
+           };
+           l.top_.backend_ok = l.Checked(e, path, check, &l.config_->backend);
            if (l.top_.backend_ok) l.config_->backend_url = e.value.Scalar();
          }},
+    // Applied on reload, as nginx applies its proxy_ssl_* settings: new backend connections use
+    // the new settings and the files are read again (so a SIGHUP picks up a renewed client
+    // certificate or CA); pooled connections made under the old ones are closed. The scheme is
+    // backend's, which needs a restart.
+    {.section = KeySection::kTop, .name = "backend_tls", .type = "mapping",
+     .load = [](Loader& l, const Entry& e, const std::string& path) {
+       l.top_.backend_tls_at = e.key_at;
+       l.LoadTls(e, path, &l.config_->backend_tls);
+     }},
     // Restart-only: the store's membership lease, watch and loaded fences are set up at start-up,
     // and a change of store or prefix would move every fence to another max. Before state_file,
     // so that a reload moving between the two is refused naming fence_store.
@@ -1731,6 +1756,7 @@ const NestedConfigKeys kNestedKeys[] = {
     {"fence_store", kFenceStoreKinds},
     {"fence_store.etcd", kFenceStoreEtcdKeys},
     {"fence_store.etcd.tls", kTlsKeys},
+    {"backend_tls", kTlsKeys},
 };
 
 }  // namespace
@@ -1759,6 +1785,14 @@ std::string ConfigKey::Path() const {
   if (section == KeySection::kTop) return std::string(name);
   if (section == KeySection::kRoute) return "routes[]." + std::string(name);
   return std::string(SectionName(section)) + "." + std::string(name);
+}
+
+ConfigError ErrorAt(const ProxyConfig& config, std::string_view path, std::string message) {
+  ConfigError error{config.source_path, 0, 0, std::string(path) + ": " + std::move(message)};
+  if (auto it = config.written_at.find(path); it != config.written_at.end()) {
+    std::tie(error.line, error.column) = it->second;
+  }
+  return error;
 }
 
 std::string ConfigError::ToString() const {

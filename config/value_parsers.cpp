@@ -216,16 +216,13 @@ std::string CheckListenAddress(std::string_view text, HostPort* out) {
   return "";
 }
 
-std::string CheckBackendUrl(std::string_view text, HostPort* out) {
-  const std::string expected = "expected http://host:port, e.g. http://127.0.0.1:8081";
+std::string CheckBackendUrl(std::string_view text, HostPort* out, bool* https) {
+  const std::string expected = "expected http://host:port or https://host:port, e.g. http://127.0.0.1:8081";
   const size_t scheme_end = text.find("://");
   if (scheme_end == std::string_view::npos) return expected;
   const std::string_view scheme = text.substr(0, scheme_end);
-  if (EqualsIgnoreCase(scheme, "https")) {
-    return "TLS to the backend is not supported: the backend runs in the same pod and is "
-           "reached over loopback; use http://";
-  }
-  if (!EqualsIgnoreCase(scheme, "http")) {
+  const bool tls = EqualsIgnoreCase(scheme, "https");
+  if (!tls && !EqualsIgnoreCase(scheme, "http")) {
     return "unsupported scheme '" + std::string(scheme) + "'; " + expected;
   }
   const std::string_view rest = text.substr(scheme_end + 3);
@@ -242,10 +239,11 @@ std::string CheckBackendUrl(std::string_view text, HostPort* out) {
            "only a trailing '/' is allowed";
   }
   HostPort parsed;
-  parsed.port = 80;
+  parsed.port = tls ? 443 : 80;
   bool has_port = false;
   if (std::string error = SplitHostPort(authority, &parsed, &has_port); !error.empty()) return error;
   *out = parsed;
+  *https = tls;
   return "";
 }
 

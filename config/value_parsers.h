@@ -40,8 +40,9 @@ std::string CheckUnsigned(std::string_view text, uint64_t* out);
 
 // "host:port" or "[v6]:port" for a listener.
 std::string CheckListenAddress(std::string_view text, HostPort* out);
-// "http://host[:port][/]": nothing after the authority but an optional "/".
-std::string CheckBackendUrl(std::string_view text, HostPort* out);
+// "http://host[:port][/]" (port 80) or "https://host[:port][/]" (443; *https set): nothing after
+// the authority but an optional "/".
+std::string CheckBackendUrl(std::string_view text, HostPort* out, bool* https);
 
 // A lock service's etcd endpoint: "http://host:port" or "https://host:port", the port required
 // (the clients take the endpoint as written), nothing after the authority. *https tells which.

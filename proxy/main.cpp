@@ -16,6 +16,7 @@
 #include "state/state_store.h"
 #include "state/state_writer.h"
 #include "store/etcd_fence_store.h"
+#include "tls/client_context.h"
 #include "tls/reloader.h"
 
 #include <CLI/CLI.hpp>
@@ -72,6 +73,12 @@ int RunCheck(const std::string& config_path) {
     return kExitFailure;
   }
   const ProxyConfig& config = *result.config;
+  // The files the route file names for the backend's TLS load, as they will at start.
+  std::shared_ptr<TlsClientContext> backend_tls;
+  if (ConfigError error; !MakeBackendTls(config, &backend_tls, &error)) {
+    std::cerr << error.ToString() << "\n" << config_path << ": invalid (1 error)\n";
+    return kExitFailure;
+  }
   std::string state_summary;
   if (config.fence_store) {
     // The fences are in etcd: there is no state file to open, and --check does not connect (as
@@ -220,7 +227,7 @@ int RunProxy(const std::string& config_path) {
            {"fences", fences_at_start}});
 
   ConfigReloader reloader(config_path, config, metrics,
-                          [&server](std::shared_ptr<const ProxyConfig> loaded) { server->Reload(std::move(loaded)); });
+                          [&server](std::shared_ptr<const ProxyConfig> loaded) { return server->Reload(std::move(loaded)); });
   reloader.StartWatching(kConfigPollInterval);
   // The TLS files are watched on their own: a Secret rotates them without touching the route file.
   std::unique_ptr<FileWatcher> tls_watcher;

@@ -1,9 +1,10 @@
 #include "etcd/connection.h"
 
+#include "tls/client_context.h"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -34,30 +35,10 @@ bool Fail(std::string* error, std::string text) {
 }  // namespace
 
 bool MakeTlsContext(const TlsSettings& t, std::unique_ptr<ssl::context>* out, std::string* error) {
-  auto tls = std::make_unique<ssl::context>(ssl::context::tls_client);
-  beast::error_code ec;
-  tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1,
-                   ec);
-  if (!t.ca_file.empty()) {
-    tls->load_verify_file(t.ca_file, ec);
-    if (ec) return Fail(error, "cannot load the etcd tls ca_file " + t.ca_file + ": " + ec.message());
-  } else {
-    tls->set_default_verify_paths(ec);
-    if (ec) return Fail(error, "cannot load the system's trust store for etcd: " + ec.message());
-  }
-  if (t.cert_file.empty() != t.key_file.empty()) {
-    return Fail(error, "etcd tls: cert_file and key_file go together (mutual TLS)");
-  }
-  if (!t.cert_file.empty()) {
-    tls->use_certificate_chain_file(t.cert_file, ec);
-    if (ec) return Fail(error, "cannot load the etcd tls cert_file " + t.cert_file + ": " + ec.message());
-    tls->use_private_key_file(t.key_file, ssl::context::pem, ec);
-    if (ec) return Fail(error, "cannot load the etcd tls key_file " + t.key_file + ": " + ec.message());
-  }
-  tls->set_verify_mode(ssl::verify_peer, ec);
-  *out = std::move(tls);
-  return true;
+  TlsLoadError load_error;
+  *out = MakeClientSslContext(t, &load_error);
+  if (*out) return true;
+  return Fail(error, "etcd tls" + (load_error.key.empty() ? "" : " " + load_error.key) + ": " + load_error.message);
 }
 
 std::string Describe(const beast::error_code& ec) {
@@ -99,9 +80,7 @@ net::awaitable<std::string> Connection::Connect(const Endpoint& ep, std::string_
   tcp().socket().set_option(tcp::no_delay(true), ec);
   if (!tls_) co_return "";
   const std::string name(tls_server_name.empty() ? std::string_view(ep.host) : tls_server_name);
-  net::ip::make_address(name, ec);
-  if (ec) SSL_set_tlsext_host_name(tls_->native_handle(), name.c_str());
-  tls_->set_verify_callback(ssl::host_name_verification(name));
+  if (!PrepareClientConnection(tls_->native_handle(), name)) co_return "TLS: OpenSSL could not take the name " + name;
   auto [hec] = co_await tls_->async_handshake(ssl::stream_base::client, kTuple);
   if (hec) co_return "TLS handshake: " + Describe(hec);
   co_return "";

@@ -5,8 +5,8 @@
 // (watch_stream.h) reads its own one as the body comes.
 //
 // https: the CA file (else the system's trust store), an optional client certificate (mutual
-// TLS), and server_name for SNI and the certificate's name check (the endpoint's host otherwise;
-// SNI is sent only for a name, never an address, as RFC 6066 says). TLS 1.2 or newer.
+// TLS), and server_name for SNI and the certificate's name check (the endpoint's host otherwise),
+// as tls/client_context.h does them for every https peer.
 
 #include "config/config.h"
 #include "etcd/codec.h"

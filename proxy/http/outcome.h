@@ -19,7 +19,7 @@ namespace fencing {
   X(kObservedMissing, "observed_missing")     /* observe mode: would have been 428, forwarded */        \
   X(kObservedMalformed, "observed_malformed") /* observe mode: would have been 400, forwarded */        \
   X(kRaiseFailed, "raise_failed")             /* 503: the state file could not be written or synced */  \
-  X(kUpstreamError, "upstream_error")         /* 502/504: backend unreachable or too slow */            \
+  X(kUpstreamError, "upstream_error")         /* 502/504: backend unreachable, its TLS failed, or too slow */ \
   X(kRejectedPath, "rejected_path")           /* 400: a path that could reach another route */          \
   X(kUnmatched, "unmatched")                  /* no route matched (forwarded, or 404) */                \
   X(kRejectedRequest, "rejected_request")     /* 4xx for the request itself: framing, limits, methods */ \

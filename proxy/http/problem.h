@@ -44,6 +44,7 @@ namespace fencing {
   X(kHeaderTooLarge, "header-too-large", "Request header too large", request_header_fields_too_large)     \
   X(kUpstreamUnavailable, "upstream-unavailable", "Backend unreachable", bad_gateway)                     \
   X(kUpstreamInvalid, "upstream-invalid-response", "Backend response refused", bad_gateway)              \
+  X(kBackendTls, "backend-tls", "Backend TLS failed", bad_gateway)                                        \
   X(kStateUnavailable, "state-unavailable", "Fence state unavailable", service_unavailable)               \
   X(kFenceKeyLimit, "fence-key-limit", "Too many fence keys", service_unavailable)                       \
   X(kLockServiceUnavailable, "lock-service-unavailable", "Lock service unavailable", service_unavailable) \

@@ -11,6 +11,9 @@
     "Requests forwarded to the backend and not yet answered.")                                                    \
   X(Histogram, upstream_request_seconds, "fencing_proxy_upstream_request_seconds",                                \
     "Time from forwarding a request to the end of the backend's response.")                                       \
+  X(Counter, upstream_tls_handshakes_total, "fencing_proxy_upstream_tls_handshakes_total",                        \
+    "TLS handshakes with an https backend, by result: success, certificate (its chain or name did not verify), "  \
+    "timeout (not done within timeouts.connect), error (refused, closed or failed otherwise).")                   \
   X(Gauge, fence_keys, "fencing_proxy_fence_keys",                                                                \
     "Keys a keyed fence holds (0 for a fence without keys); keys are never labels.")                              \
   X(Counter, fence_keys_forgotten_total, "fencing_proxy_fence_keys_forgotten_total",                              \

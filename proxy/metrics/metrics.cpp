@@ -87,6 +87,19 @@ const LockServiceMetrics& Metrics::ForLockService(std::string_view service) {
   return *lock_services_.emplace(std::move(name), std::move(metrics)).first->second;
 }
 
+const UpstreamTlsMetrics& Metrics::ForUpstreamTls() {
+  std::lock_guard lock(mu_);
+  if (!upstream_tls_) {
+    auto metrics = std::make_unique<UpstreamTlsMetrics>();
+    for (size_t i = 0; i < metrics->results.size(); ++i) {
+      const std::string_view result = HandshakeResultName(static_cast<HandshakeResult>(i));
+      metrics->results[i] = &upstream_tls_handshakes_total_->Add({{"result", std::string(result)}});
+    }
+    upstream_tls_ = std::move(metrics);
+  }
+  return *upstream_tls_;
+}
+
 void Metrics::Observe(std::string_view op, double seconds) const {
   if (auto it = fence_store_seconds_series_.find(op); it != fence_store_seconds_series_.end()) {
     it->second->Observe(seconds);

@@ -9,6 +9,7 @@
 #include "metrics/catalogue.h"
 #include "store/fence_store_observer.h"
 #include "tls/server_observer.h"
+#include "tls/handshake.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -72,6 +73,13 @@ struct LockServiceMetrics final : LockServiceObserver {
   }
 };
 
+// TLS handshakes with an https backend (upstream_tls_handshakes_total{result}).
+struct UpstreamTlsMetrics final : HandshakeObserver {
+  std::array<prometheus::Counter*, kHandshakeResults> results{};  // by HandshakeResult
+
+  void Handshake(HandshakeResult result) const override { results[static_cast<size_t>(result)]->Increment(); }
+};
+
 // How a TLS handshake on the client listener ended (tls_handshakes_total{result}).
 enum class TlsHandshakeResult { kOk, kFailed, kTimeout };
 
@@ -96,6 +104,8 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   const FenceMetrics& ForFence(std::string_view fence) override;
   void StateWriteFailed() override { state_write_failures_series_->Increment(); }
   const LockServiceMetrics& ForLockService(std::string_view service);
+  // Made on first use, by a proxy with an https backend: one without has no such series.
+  const UpstreamTlsMetrics& ForUpstreamTls();
   // The shared fence store (fence_store_members, fence_store_seconds{op}).
   void Members(int64_t members) const override { fence_store_members_series_->Set(static_cast<double>(members)); }
   void Observe(std::string_view op, double seconds) const override;
@@ -146,6 +156,7 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;
   std::map<std::string, std::unique_ptr<FenceMetrics>, std::less<>> fences_;
   std::map<std::string, std::unique_ptr<LockServiceMetrics>, std::less<>> lock_services_;
+  std::unique_ptr<UpstreamTlsMetrics> upstream_tls_;
 };
 
 }  // namespace fencing

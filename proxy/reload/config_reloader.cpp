@@ -101,9 +101,12 @@ bool ConfigReloader::Reload(std::string_view trigger) {
   if (std::string key = RestartOnlyChange(*running_, *loaded.config); !key.empty()) {
     return fail("reload refused: this setting needs a restart; the running routes are kept", {{"key", key}});
   }
+  if (Status applied = apply_(loaded.config); !applied.ok()) {
+    return fail("reload failed: the route file names a file that does not load; the running routes are kept",
+                {{"error", applied.message()}});
+  }
   WarnAboutFenceChanges(*running_, *loaded.config);
   running_ = loaded.config;
-  apply_(running_);
   metrics_.config_last_reload_successful().Set(1);
   metrics_.config_last_reload_success_timestamp_seconds().Set(UnixSeconds());
   metrics_.config_reloads().Increment();

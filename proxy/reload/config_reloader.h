@@ -6,6 +6,7 @@
 // Fence state is never touched by a reload.
 
 #include "common/file_watcher.h"
+#include "common/status.h"
 #include "config/config.h"
 
 #include <atomic>
@@ -21,13 +22,15 @@ class Metrics;
 
 class ConfigReloader {
  public:
-  using Apply = std::function<void(std::shared_ptr<const ProxyConfig>)>;
+  // Puts a validated configuration in force, or says why it cannot (a file it names, such as a
+  // backend_tls certificate, that does not load): then the running one is kept.
+  using Apply = std::function<Status(std::shared_ptr<const ProxyConfig>)>;
 
   ConfigReloader(std::string path, std::shared_ptr<const ProxyConfig> running, Metrics& metrics, Apply apply);
   ~ConfigReloader();
 
-  // Loads the file and applies it when it is valid, differs from the running one, and changes
-  // nothing that needs a restart. Returns whether the running configuration is now the file's.
+  // Loads the file and applies it when it is valid, changes nothing that needs a restart, and
+  // Apply takes it. Returns whether the running configuration is now the file's.
   // Safe to call from any thread; reloads are serialised.
   bool Reload(std::string_view trigger);
 

@@ -1,6 +1,7 @@
 #include "server/exchange.h"
 
 #include "http/header_rewrite.h"
+#include "tls/handshake.h"
 
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -47,8 +48,11 @@ boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
 // backend's EOF ends a body delimited by the close (put_eof); it cuts anything else short
 // (partial_message), and before a byte of the response it is end_of_stream. need_buffer: the
 // body buffer is full.
-io::Awaitable<boost::system::error_code> ReadSome(io::Socket& socket, beast::flat_buffer& buffer,
-                                                  ResponseParser& parser) {
+// With TLS the backend's close is its close_notify (eof); a connection closed without one is a
+// stream cut short (stream_truncated), so a body delimited by the close is never taken whole from
+// a connection an attacker could have cut.
+io::Awaitable<boost::system::error_code> ReadSome(UpstreamConnection& upstream, ResponseParser& parser) {
+  beast::flat_buffer& buffer = upstream.buffer;
   // As Beast reads: what the buffer has room for, at least 512 and at most 64 KiB at a time.
   constexpr size_t kReadSize = 64 * 1024;
   boost::system::error_code ec;
@@ -60,7 +64,7 @@ io::Awaitable<boost::system::error_code> ReadSome(io::Socket& socket, beast::fla
     }
     const size_t size = beast::read_size(buffer, kReadSize);
     if (size == 0) co_return http::error::buffer_overflow;
-    auto [rec, n] = co_await socket.async_read_some(buffer.prepare(size), kTuple);
+    auto [rec, n] = co_await upstream.async_read_some(buffer.prepare(size), kTuple);
     buffer.commit(n);
     if (rec == asio::error::eof) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
@@ -112,6 +116,11 @@ Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
   if (cancel_.timed_out) {
     return MakeProblem(ProblemType::kUpstreamTimeout, "the backend did not answer within timeouts.request");
   }
+  // The backend's TLS failed: its certificate did not verify, it refused the handshake (or, in
+  // TLS 1.3, the client certificate after it), or the handshake ran out of timeouts.connect.
+  if (IsTlsFailure(ec)) {
+    return MakeProblem(ProblemType::kBackendTls, "the TLS connection to the backend failed: " + ec.message());
+  }
   // A response the parser refused (malformed, ambiguous, unsolicited): the backend answered
   // something no client may be handed. end_of_stream and partial_message are the backend's close.
   if (ec.category() == http::make_error_code(http::error::bad_version).category() &&
@@ -134,7 +143,10 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Reconnect(boost::sy
 }
 
 Exchange::Sent Exchange::WriteFailure(bool first_write, size_t written) {
-  // Nothing of the request left the proxy: it cannot have reached the backend.
+  // Nothing of the request left the proxy: it cannot have reached the backend. Over TLS, written
+  // counts the bytes of whole records on the wire (Asio writes with partial writes on, one record
+  // per write_some, and reports a write that failed midway as 0): a record cut short in its
+  // first write cannot be decrypted, so the backend cannot have read a byte of the request.
   return first_write && written == 0 ? Sent::kRefused : Sent::kFailed;
 }
 
@@ -145,7 +157,7 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
   for (;;) {
     const bool last = body.complete();
     GatherWrite piece(first ? request.head : std::string_view{}, body.data(), body.size(), request.chunked, last);
-    auto [wec, written] = co_await asio::async_write(upstream.socket, piece.buffers(), kTuple);
+    auto [wec, written] = co_await asio::async_write(upstream, piece.buffers(), kTuple);
     if (wec) {
       ec = wec;
       co_return WriteFailure(first, written);
@@ -190,7 +202,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
     if (body.complete()) {
       // The usual case, the whole request in one gather write, without a coroutine of its own.
       GatherWrite piece(request.head, body.data(), body.size(), request.chunked, true);
-      auto [wec, written] = co_await asio::async_write(upstream->socket, piece.buffers(), kTuple);
+      auto [wec, written] = co_await asio::async_write(*upstream, piece.buffers(), kTuple);
       ec = wec;
       sent = wec ? WriteFailure(true, written) : Sent::kOk;
       result.bytes_in = body.decoder().body_bytes();
@@ -219,7 +231,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         response_parser->header_limit(kMaxUpstreamHeaderBytes);
         if (request.head_request) response_parser->skip(true);
         // (the parser stops at the end of the head: it is not eager)
-        ec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);
+        ec = co_await ReadSome(*upstream, *response_parser);
         answered = answered || response_parser->got_some();
         if (ec) break;
         const unsigned status = response_parser->status();
@@ -287,7 +299,7 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
       if (!rec && !response_parser->is_done() && response_parser->room() == relay_size_) {
         // Whatever arrives is relayed at once (read_some): a response that streams slowly
         // reaches the client as it comes, not when a relay buffer's worth has piled up.
-        rec = co_await ReadSome(upstream->socket, upstream->buffer, *response_parser);
+        rec = co_await ReadSome(*upstream, *response_parser);
       }
       if (rec == http::error::need_buffer) rec = {};
       if (rec) {

@@ -14,6 +14,9 @@
 // byte of it may have reached the backend, and no request is resent once the backend answered
 // (however badly): the client gets 502.
 //
+// An https backend's connections are TLS (upstream/upstream_connection.h); the rules are the
+// same. A handshake that fails is a 502 (backend-tls) before a byte of the request is written.
+//
 // A backend connection is either known clean or closed: bytes after the end of a response (a
 // 204, 304, 1xx or HEAD response with a body, more than its Content-Length), a 101 nobody asked
 // for, or a response that cannot be read, close it.

@@ -21,14 +21,16 @@ ProxyServer::ProxyServer(std::shared_ptr<const ProxyConfig> config, FenceRegistr
   }
   shared_.tls = tls;
   shared_.max_connections = config_->limits.max_connections;
-  shared_.backend_host = config_->backend.port == 80
+  const uint16_t default_port = config_->backend_https ? 443 : 80;
+  shared_.backend_host = config_->backend.port == default_port
                              ? config_->backend.host
                              : config_->backend.host + ":" + std::to_string(config_->backend.port);
 }
 
 ProxyServer::~ProxyServer() { Stop(); }
 
-std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const ProxyConfig> config) {
+std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const ProxyConfig> config,
+                                                         std::shared_ptr<TlsClientContext> backend_tls) {
   std::vector<RouteRuntime> routes;
   routes.reserve(config->routes.size());
   for (const RouteConfig& route : config->routes) {
@@ -47,7 +49,8 @@ std::shared_ptr<const Runtime> ProxyServer::BuildRuntime(std::shared_ptr<const P
           RouteRuntime{&route, &registry_.GetOrCreate(route.fence), &metrics_.ForRoute(route.name), nullptr, verifier});
     }
   }
-  return std::make_shared<Runtime>(std::move(config), std::move(routes), &metrics_.ForRoute(kNoRouteLabel));
+  return std::make_shared<Runtime>(std::move(config), std::move(routes), &metrics_.ForRoute(kNoRouteLabel),
+                                   std::move(backend_tls));
 }
 
 Status ProxyServer::Start() {
@@ -75,9 +78,12 @@ Status ProxyServer::Start() {
   std::vector<tcp::endpoint> backend_endpoints;
   for (const auto& entry : backend) backend_endpoints.push_back(entry.endpoint());
 
+  std::shared_ptr<TlsClientContext> backend_tls;
+  if (ConfigError error; !MakeBackendTls(*config_, &backend_tls, &error)) return Status::Error(error.ToString());
+
   unsigned threads = config_->threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  auto runtime = BuildRuntime(config_);
+  auto runtime = BuildRuntime(config_, std::move(backend_tls));
   for (unsigned i = 0; i < threads; ++i) {
     auto worker = std::make_unique<Worker>(shared_, backend_endpoints, *config_);
     if (Status s = worker->Listen(listen, config_->tls.has_value()); !s.ok()) return s;
@@ -93,13 +99,17 @@ Status ProxyServer::Start() {
                              {"routes", config_->routes.size()}};
   if (config_->tls) fields["tls"] = true;
   if (config_->plain_listen) fields["plain_listen"] = config_->plain_listen->ToString();
+  if (runtime->backend_tls()) fields["backend_server_name"] = runtime->backend_tls()->server_name();
   LogInfo("listening", std::move(fields));
   return Status::Ok();
 }
 
-void ProxyServer::Reload(std::shared_ptr<const ProxyConfig> config) {
-  auto runtime = BuildRuntime(std::move(config));
+Status ProxyServer::Reload(std::shared_ptr<const ProxyConfig> config) {
+  std::shared_ptr<TlsClientContext> backend_tls;
+  if (ConfigError error; !MakeBackendTls(*config, &backend_tls, &error)) return Status::Error(error.ToString());
+  auto runtime = BuildRuntime(std::move(config), std::move(backend_tls));
   for (auto& worker : workers_) worker->SetRuntime(runtime);
+  return Status::Ok();
 }
 
 void ProxyServer::BeginShutdown() {

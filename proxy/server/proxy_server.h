@@ -34,8 +34,10 @@ class ProxyServer {
   // Resolves the backend, binds every worker's listeners (listen, and plain_listen) and starts
   // the threads.
   Status Start();
-  // Swaps in a new route table (listen, backend, state file and threads need a restart).
-  void Reload(std::shared_ptr<const ProxyConfig> config);
+  // Swaps in a new route table (listen, backend, state file and threads need a restart) and, for
+  // an https backend, TLS settings made from the files as they are now. A file that does not
+  // load leaves everything as it was and says why.
+  Status Reload(std::shared_ptr<const ProxyConfig> config);
   // SIGTERM: stop accepting, let in-flight requests finish.
   void BeginShutdown();
   // True if every client connection closed before the timeout.
@@ -46,7 +48,8 @@ class ProxyServer {
   uint64_t connections() const { return shared_.connections.count(); }
 
  private:
-  std::shared_ptr<const Runtime> BuildRuntime(std::shared_ptr<const ProxyConfig> config);
+  std::shared_ptr<const Runtime> BuildRuntime(std::shared_ptr<const ProxyConfig> config,
+                                              std::shared_ptr<TlsClientContext> backend_tls);
 
   std::shared_ptr<const ProxyConfig> config_;
   FenceRegistry& registry_;

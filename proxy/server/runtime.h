@@ -9,6 +9,7 @@
 #include "fence/fence_keys.h"
 #include "lockservice/lock_services.h"
 #include "routing/route_table.h"
+#include "tls/client_context.h"
 
 #include <algorithm>
 #include <memory>
@@ -38,9 +39,11 @@ struct RouteRuntime {
 
 class Runtime {
  public:
+  // backend_tls: the TLS of an https backend's new connections (null for http://).
   Runtime(std::shared_ptr<const ProxyConfig> config, std::vector<RouteRuntime> routes,
-          const RouteMetrics* unmatched_metrics)
-      : table_(std::move(config)), routes_(std::move(routes)), unmatched_metrics_(unmatched_metrics) {
+          const RouteMetrics* unmatched_metrics, std::shared_ptr<TlsClientContext> backend_tls = nullptr)
+      : table_(std::move(config)), routes_(std::move(routes)), unmatched_metrics_(unmatched_metrics),
+        backend_tls_(std::move(backend_tls)) {
     for (const RouteConfig& route : table_.config().routes) {
       const FenceKeySpec& spec = route.fence_key;
       if (spec.source != FenceKeySpec::Source::kHeader) continue;
@@ -59,12 +62,14 @@ class Runtime {
   // The header fields any route takes fence keys from (each once): a Connection header must not
   // name them, as it must not name the token header.
   std::span<const std::string> key_headers() const { return key_headers_; }
+  const std::shared_ptr<TlsClientContext>& backend_tls() const { return backend_tls_; }
 
  private:
   RouteTable table_;
   std::vector<RouteRuntime> routes_;  // same order as config().routes
   const RouteMetrics* unmatched_metrics_;
   std::vector<std::string> key_headers_;
+  std::shared_ptr<TlsClientContext> backend_tls_;
 };
 
 }  // namespace fencing

@@ -55,7 +55,8 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
       // One thread runs it, and every socket and timer of the worker is touched on that thread
       // only (other threads only post to it): no lock per I/O operation.
       ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
-  pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker);
+  pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker,
+                config.backend_https ? &shared_.metrics.ForUpstreamTls() : nullptr);
   raise_inbox_.emplace(*ioc_);
 }
 
@@ -92,13 +93,17 @@ Status Worker::Listen(const tcp::endpoint& endpoint, bool tls) {
 
 void Worker::Start(std::shared_ptr<const Runtime> runtime) {
   runtime_ = std::move(runtime);
+  pool_->SetTls(runtime_->backend_tls());
   for (auto& listener : listeners_) asio::co_spawn(ioc_->get_executor(), AcceptLoop(*listener), LogCoroutineFailure);
   asio::co_spawn(ioc_->get_executor(), SweepIdle(), LogCoroutineFailure);
   thread_ = std::thread([this] { ioc_->run(); });
 }
 
 void Worker::SetRuntime(std::shared_ptr<const Runtime> runtime) {
-  asio::post(*ioc_, [this, runtime = std::move(runtime)]() mutable { runtime_ = std::move(runtime); });
+  asio::post(*ioc_, [this, runtime = std::move(runtime)]() mutable {
+    runtime_ = std::move(runtime);
+    pool_->SetTls(runtime_->backend_tls());
+  });
 }
 
 void Worker::BeginDrain() {

@@ -113,7 +113,8 @@ class Worker {
   // with a TLS handshake on ServerShared::tls's current context.
   Status Listen(const boost::asio::ip::tcp::endpoint& endpoint, bool tls);
   void Start(std::shared_ptr<const Runtime> runtime);  // spawns the accept loop and the thread
-  void SetRuntime(std::shared_ptr<const Runtime> runtime);  // posted to the worker's thread
+  // Posted to the worker's thread; the pool takes its backend TLS settings.
+  void SetRuntime(std::shared_ptr<const Runtime> runtime);
   void BeginDrain();  // stop accepting; close idle connections; busy ones close after their response
   void Stop();        // stops the io_context and joins the thread
 

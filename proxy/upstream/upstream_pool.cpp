@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <tuple>
 
 namespace fencing {
 
@@ -15,10 +16,18 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 UpstreamPool::UpstreamPool(asio::io_context& ioc, std::vector<tcp::endpoint> endpoints,
-                           std::chrono::milliseconds connect_timeout, size_t max_idle)
-    : ioc_(ioc), endpoints_(std::move(endpoints)), connect_timeout_(connect_timeout), max_idle_(max_idle) {}
+                           std::chrono::milliseconds connect_timeout, size_t max_idle,
+                           const HandshakeObserver* handshakes)
+    : ioc_(ioc), endpoints_(std::move(endpoints)), connect_timeout_(connect_timeout), max_idle_(max_idle),
+      handshakes_(handshakes) {}
 
 UpstreamPool::~UpstreamPool() = default;
+
+void UpstreamPool::SetTls(std::shared_ptr<TlsClientContext> tls) {
+  if (tls == tls_) return;
+  tls_ = std::move(tls);
+  std::erase_if(idle_, [this](const Idle& idle) { return idle.connection->tls_context != tls_; });
+}
 
 io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(boost::system::error_code& ec) {
   if (auto connection = TakeIdle()) co_return connection;
@@ -47,28 +56,59 @@ bool UpstreamPool::Silent(UpstreamConnection& connection) {
 
 io::Awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(boost::system::error_code& ec) {
   auto connection = std::make_unique<UpstreamConnection>(ioc_);
-  // connect_timeout: a timer that cancels the attempt. `connecting` tells a timer that fired just
-  // as the connect completed that the socket is no longer its to cancel.
-  auto connecting = std::make_shared<bool>(true);
+  // connect_timeout, for the connect and the TLS handshake together: a timer that cancels them.
+  // `watch.connecting` tells a timer that fired just as they completed that the socket is no
+  // longer its to cancel; `watch.fired`, that it cut them off.
+  struct Watch {
+    bool connecting = true;
+    bool fired = false;
+  };
+  auto watch = std::make_shared<Watch>();
   io::Timer timer(ioc_.get_executor(), connect_timeout_);
-  timer.async_wait([connecting, socket = &connection->socket](boost::system::error_code timer_ec) {
+  timer.async_wait([watch, socket = &connection->socket](boost::system::error_code timer_ec) {
     boost::system::error_code ignored;
-    if (!timer_ec && *connecting) socket->cancel(ignored);
+    if (timer_ec || !watch->connecting) return;
+    watch->fired = true;
+    socket->cancel(ignored);
   });
   auto [connect_ec, endpoint] = co_await asio::async_connect(connection->socket, endpoints_, io::kTuple);
-  *connecting = false;
-  timer.cancel();
   if (connect_ec) {
-    ec = connect_ec == asio::error::operation_aborted ? asio::error::timed_out : connect_ec;
+    watch->connecting = false;
+    timer.cancel();
+    ec = watch->fired || connect_ec == asio::error::operation_aborted ? asio::error::timed_out : connect_ec;
     co_return nullptr;
   }
   connection->socket.set_option(tcp::no_delay(true), ec);
+  if (tls_) {
+    // A failed handshake ends the connection: the request is never written on it.
+    connection->tls_context = tls_;
+    connection->tls = std::make_unique<TlsStream>(connection->socket, tls_->context());
+    SSL* ssl = connection->tls->native_handle();
+    boost::system::error_code hec;
+    if (tls_->Prepare(ssl)) {
+      std::tie(hec) = co_await connection->tls->async_handshake(asio::ssl::stream_base::client, io::kTuple);
+      if (hec) hec = HandshakeFailure(hec, ssl, watch->fired);
+    } else {
+      hec = HandshakeFailure({}, nullptr, false);
+    }
+    if (handshakes_) handshakes_->Handshake(ResultOf(hec));
+    if (hec) {
+      watch->connecting = false;
+      timer.cancel();
+      ec = hec;
+      co_return nullptr;
+    }
+  }
+  watch->connecting = false;
+  timer.cancel();
   ec = {};
   co_return connection;
 }
 
 void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> connection) {
   if (!connection->socket.is_open() || connection->buffer.size() != 0) return;  // unusable
+  // TLS: nothing held in its TLS layer either, and made with the settings in force.
+  if (connection->tls && (connection->tls_context != tls_ || !connection->TlsQuiet())) return;
   if (idle_.size() >= max_idle_) {
     // The least recently used connection goes, so the pool keeps the warm ones.
     idle_.erase(idle_.begin());

@@ -1,13 +1,19 @@
 #pragma once
 // Keep-alive connections to the backend, one pool per I/O thread: every connection in a pool is
 // used by sessions of that thread only, so the hot path takes no lock.
+//
+// An https backend's connections are TLS (upstream_connection.h), pooled and reused as plain
+// ones are: the handshake is part of the connect and bounded by its timeout, and a connection is
+// pooled only when its TLS layer, too, holds nothing after the response.
 
 #include "common/io.h"
+#include "tls/client_context.h"
+#include "tls/handshake.h"
+#include "upstream/upstream_connection.h"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -16,19 +22,18 @@
 
 namespace fencing {
 
-struct UpstreamConnection {
-  explicit UpstreamConnection(boost::asio::io_context& ioc) : socket(ioc.get_executor()) {}
-  // A plain socket: the session using it enforces timeouts.request (Session::Sweep).
-  io::Socket socket;
-  boost::beast::flat_buffer buffer;
-  bool reused = false;  // came from the pool: the backend may have closed it meanwhile
-};
-
 class UpstreamPool {
  public:
+  // handshakes: told of every TLS handshake (null: nobody counts them).
   UpstreamPool(boost::asio::io_context& ioc, std::vector<boost::asio::ip::tcp::endpoint> endpoints,
-               std::chrono::milliseconds connect_timeout, size_t max_idle);
+               std::chrono::milliseconds connect_timeout, size_t max_idle,
+               const HandshakeObserver* handshakes = nullptr);
   ~UpstreamPool();
+
+  // The TLS of new connections: null for an http:// backend. Idle connections made with other
+  // settings are closed now, and busy ones when they are released (a reload that changed the CA
+  // must not leave connections verified by the old one in use).
+  void SetTls(std::shared_ptr<TlsClientContext> tls);
 
   // An idle pooled connection that is known clean, or a new one (connect bounded by
   // connect_timeout). On failure, returns null and sets ec.
@@ -42,14 +47,19 @@ class UpstreamPool {
   // step with the backend: the next request would read those bytes as its answer, release its
   // fence admission while the backend still runs it, or be sent twice. It is closed instead.
   // (An idle watch alone cannot promise this: a byte that arrives just before the take, whose
-  // handler has not run yet, would go unseen.)
+  // handler has not run yet, would go unseen.) A TLS connection is peeked at the same way: the
+  // peek sees every record that came after the release, and what its TLS layer held by then was
+  // checked at the release (nothing reads into it while it idles).
   std::unique_ptr<UpstreamConnection> TakeIdle();
 
   // Connects a fresh connection, never a pooled one (used to retry on a reused one that died).
+  // With TLS, the handshake is part of it, under the same connect_timeout; a failed one sets ec
+  // to a TLS failure (tls/handshake.h), and nothing has been written on the connection.
   io::Awaitable<std::unique_ptr<UpstreamConnection>> Connect(boost::system::error_code& ec);
 
   // Gives back a connection whose last exchange ended cleanly and which may be kept alive; one
-  // with a byte read beyond the end of its response is closed, never pooled.
+  // with a byte read beyond the end of its response, in the buffer or (TLS) in the TLS layer, is
+  // closed, never pooled.
   void Release(std::unique_ptr<UpstreamConnection> connection);
 
   // Called by the worker's periodic sweep: connections idle for at least watch_after start
@@ -85,6 +95,8 @@ class UpstreamPool {
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
   std::chrono::milliseconds connect_timeout_;
   size_t max_idle_;
+  const HandshakeObserver* handshakes_;
+  std::shared_ptr<TlsClientContext> tls_;  // null: plain HTTP
   uint64_t next_id_ = 1;
   std::vector<Idle> idle_;  // most recently used last
 };

@@ -282,8 +282,6 @@ const ErrorCase kListenErrors[] = {
 };
 
 const ErrorCase kBackendErrors[] = {
-    {"backend: https", kState + "backend: https://127.0.0.1:8443\n", 2, 10,
-     "TLS to the backend is not supported"},
     {"backend: other scheme", kState + "backend: ftp://a\n", 2, 10, "unsupported scheme 'ftp'"},
     {"backend: no scheme", kState + "backend: 127.0.0.1:8081\n", 2, 10, "expected http://host:port"},
     {"backend: path", kState + "backend: http://a:1/api\n", 2, 10, "must not have a path"},
@@ -805,7 +803,7 @@ std::vector<WrittenKey> KeysWritten(const std::string& yaml) {
     if (indent == 0) {
       keys.push_back({KeySection::kTop, name, value, number});
       nested = KeySection::kTop;
-      names = name == "lock_services" || name == "fence_store";
+      names = name == "lock_services" || name == "fence_store" || name == "backend_tls";
       for (KeySection s : {KeySection::kTimeouts, KeySection::kLimits, KeySection::kTls, KeySection::kRoute}) {
         if (SectionName(s) == name) nested = s;
       }
@@ -861,6 +859,29 @@ std::string WithFenceStore(const std::string& reference) {
   return out;
 }
 
+// The reference file with its commented-out backend_tls block ("# backend_tls:" and the "#  "
+// lines after it) written, and the https backend shown above it ("# backend: \"https") instead
+// of the http one: backend_tls is only for an https backend, which the file shows as a comment.
+std::string WithBackendTls(const std::string& reference) {
+  std::string out;
+  std::istringstream in(reference);
+  std::string line;
+  bool in_block = false;
+  while (std::getline(in, line)) {
+    if (line == "# backend_tls:") {
+      in_block = true;
+    } else if (in_block && !line.starts_with("#  ")) {
+      in_block = false;
+    }
+    if (in_block || line.starts_with("# backend: \"https")) {
+      out += line.substr(2) + "\n";
+    } else if (!line.starts_with("backend:")) {
+      out += line + "\n";
+    }
+  }
+  return out;
+}
+
 // The key table is the one list of keys: the reference file writes each of them with its
 // default and nothing else, and the operators' reference documents each one.
 TEST(ConfigExamplesTest, ReferenceWritesEveryKeyOfTheTable) {
@@ -869,6 +890,9 @@ TEST(ConfigExamplesTest, ReferenceWritesEveryKeyOfTheTable) {
   std::vector<WrittenKey> written = KeysWritten(reference);
   for (WrittenKey& w : KeysWritten(WithFenceStore(reference))) {
     if (w.name == "fence_store") written.push_back(std::move(w));
+  }
+  for (WrittenKey& w : KeysWritten(WithBackendTls(reference))) {
+    if (w.name == "backend_tls") written.push_back(std::move(w));
   }
   ASSERT_FALSE(written.empty());
   for (const ConfigKey& key : ConfigKeys()) {
@@ -924,6 +948,7 @@ bool WritesKey(const std::string& yaml, std::string_view name) {
 TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
   const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
   const std::string with_fence_store = WithFenceStore(reference);
+  const std::string with_backend_tls = WithBackendTls(reference);
   const std::string readme = ReadFile(FP_SOURCE_DIR "/config/README.md");
   ASSERT_FALSE(NestedKeys().empty());
   for (const NestedConfigKeys& nested : NestedKeys()) {
@@ -933,7 +958,9 @@ TEST(ConfigExamplesTest, ReferenceWritesEveryNestedKey) {
       // "password" is known only to be refused with its own message: nothing to write or tabulate.
       if (name == "password") continue;
       const bool store = nested.path.starts_with("fence_store");
-      EXPECT_TRUE(WritesKey(store ? with_fence_store : reference, name)) << "reference.yaml does not write it";
+      const bool backend_tls = nested.path == "backend_tls";
+      EXPECT_TRUE(WritesKey(store ? with_fence_store : backend_tls ? with_backend_tls : reference, name))
+          << "reference.yaml does not write it";
       // The README has a table for each block of a lock service, and for the fence store's etcd.
       if (nested.path.starts_with("lock_services.NAME.") || nested.path == "fence_store.etcd") {
         EXPECT_FALSE(ReadmeRow(readme, name).empty()) << "no README table row";
@@ -975,6 +1002,27 @@ TEST(ConfigExamplesTest, ReferenceFenceStoreLoads) {
   const ConfigResult plain = ParseConfig(reference, "reference.yaml");
   ASSERT_TRUE(plain.ok()) << DumpErrors(plain);
   EXPECT_FALSE(plain.config->fence_store.has_value());
+}
+
+// The reference's commented-out https backend and backend_tls, written instead of its backend,
+// load: every key it shows is valid.
+TEST(ConfigExamplesTest, ReferenceBackendTlsLoads) {
+  const std::string reference = ReadFile(FP_SOURCE_DIR "/config/examples/reference.yaml");
+  const std::string text = WithBackendTls(reference);
+  ASSERT_NE(text, reference);
+  const ConfigResult r = ParseConfig(text, "reference.yaml+backend_tls");
+  ASSERT_TRUE(r.ok()) << DumpErrors(r);
+  const ProxyConfig& c = *r.config;
+  EXPECT_TRUE(c.backend_https);
+  EXPECT_EQ(c.backend.host, "orders-db.internal");
+  EXPECT_FALSE(c.backend_tls.ca_file.empty());
+  EXPECT_FALSE(c.backend_tls.cert_file.empty());
+  EXPECT_FALSE(c.backend_tls.key_file.empty());
+  EXPECT_EQ(c.backend_tls.server_name, "orders-db.internal");
+  // As the file stands, the backend is plain HTTP.
+  const ConfigResult plain = ParseConfig(reference, "reference.yaml");
+  ASSERT_TRUE(plain.ok()) << DumpErrors(plain);
+  EXPECT_FALSE(plain.config->backend_https);
 }
 
 TEST(ConfigExamplesTest, SharedFencesLoadsAsDocumented) {

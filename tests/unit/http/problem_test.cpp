@@ -60,6 +60,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kMissingToken, {"missing-token", 428}},
       {ProblemType::kHeaderTooLarge, {"header-too-large", 431}},
       {ProblemType::kUpstreamUnavailable, {"upstream-unavailable", 502}},
+      {ProblemType::kBackendTls, {"backend-tls", 502}},
       {ProblemType::kStateUnavailable, {"state-unavailable", 503}},
       {ProblemType::kFenceKeyLimit, {"fence-key-limit", 503}},
       {ProblemType::kTokenNotVerified, {"token-not-verified", 409}},

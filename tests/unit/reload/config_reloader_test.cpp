@@ -45,6 +45,7 @@ class ConfigReloaderTest : public ::testing::Test {
     initial_ = initial.config;
     reloader_ = std::make_unique<ConfigReloader>(path_, initial_, metrics_, [this](std::shared_ptr<const ProxyConfig> c) {
       applied_.push_back(std::move(c));
+      return Status::Ok();
     });
   }
   void TearDown() override {
@@ -207,7 +208,7 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     WriteBytes(path_, RouteFile(base));
     ConfigResult running = LoadConfigFile(path_);
     ASSERT_TRUE(running.ok());
-    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) { return Status::Ok(); });
 
     auto changed = base;
     changed[std::string(SectionName(key.section))][std::string(key.name)] = value;
@@ -227,9 +228,9 @@ TEST_F(ConfigReloaderTest, EachKeyOfTheTableFollowsItsRestartRule) {
     ++checked;
   }
   // All but timeouts, limits, routes themselves, fence_key (a mapping: FenceKeysOfARunningFence),
-  // lock_services and verify (mappings: LockServicesAndVerify), fence_store (FenceStore) and tls
-  // (ListenerTlsIsRestartOnly).
-  EXPECT_GE(checked, ConfigKeys().size() - 8);
+  // lock_services and verify (mappings: LockServicesAndVerify), fence_store (FenceStore), tls
+  // (ListenerTlsIsRestartOnly) and backend_tls (BackendTls).
+  EXPECT_GE(checked, ConfigKeys().size() - 9);
 }
 
 // TLS on listen comes and goes with a restart only: a reload adding or removing the block is
@@ -275,7 +276,7 @@ TEST_F(ConfigReloaderTest, FenceKeysOfARunningFence) {
     ConfigResult running = LoadConfigFile(path_);
     ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
     Metrics metrics;
-    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) { return Status::Ok(); });
     WriteBytes(path_, c.loaded);
     ConfigResult loaded = LoadConfigFile(path_);
     ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
@@ -326,7 +327,7 @@ TEST_F(ConfigReloaderTest, LockServicesAndVerify) {
     ConfigResult running = LoadConfigFile(path_);
     ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
     Metrics metrics;
-    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) { return Status::Ok(); });
     WriteBytes(path_, c.loaded);
     ConfigResult loaded = LoadConfigFile(path_);
     ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
@@ -368,7 +369,7 @@ TEST_F(ConfigReloaderTest, FenceStore) {
     ConfigResult running = LoadConfigFile(path_);
     ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
     Metrics metrics;
-    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) {});
+    ConfigReloader reloader(path_, running.config, metrics, [](std::shared_ptr<const ProxyConfig>) { return Status::Ok(); });
     WriteBytes(path_, c.loaded);
     ConfigResult loaded = LoadConfigFile(path_);
     ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
@@ -377,6 +378,47 @@ TEST_F(ConfigReloaderTest, FenceStore) {
     EXPECT_EQ(reloader.running() == running.config, !c.refused.empty());
     EXPECT_EQ(metrics.config_last_reload_successful().Value(), c.refused.empty() ? 1 : 0);
   }
+}
+
+// backend_tls is applied on reload (new connections use it); the scheme is backend's, which
+// needs a restart.
+TEST_F(ConfigReloaderTest, BackendTls) {
+  const std::string head = "listen: \"127.0.0.1:18080\"\nadmin_listen: \"127.0.0.1:19901\"\nstate_file: ./fences.log\n";
+  const std::string https = head + "backend: \"https://db.internal:8443\"\n";
+  struct Case {
+    std::string running, loaded, refused;
+  };
+  const std::vector<Case> cases = {
+      {https, https + "backend_tls: {ca_file: /ca.pem}\n", ""},
+      {https + "backend_tls: {ca_file: /ca.pem}\n", https + "backend_tls: {ca_file: /other.pem}\n", ""},
+      {https + "backend_tls: {ca_file: /ca.pem}\n", https + "backend_tls: {server_name: db.example}\n", ""},
+      {https, https + "backend_tls: {cert_file: /c.pem, key_file: /k.pem}\n", ""},
+      {head + "backend: \"http://db.internal:8443\"\n", https, "backend"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.running + "->\n" + c.loaded);
+    WriteBytes(path_, c.running);
+    ConfigResult running = LoadConfigFile(path_);
+    ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
+    WriteBytes(path_, c.loaded);
+    ConfigResult loaded = LoadConfigFile(path_);
+    ASSERT_TRUE(loaded.ok()) << loaded.errors[0].ToString();
+    EXPECT_EQ(RestartOnlyChange(*running.config, *loaded.config), c.refused);
+  }
+}
+
+// A configuration the server cannot put in force (a file it names does not load) is a failed
+// reload: the running one stays, and the metrics say so.
+TEST_F(ConfigReloaderTest, AnApplyThatFailsKeepsTheRunningConfig) {
+  Metrics metrics;
+  ConfigReloader reloader(path_, initial_, metrics, [](std::shared_ptr<const ProxyConfig>) {
+    return Status::Error("routes.yaml:9:12: backend_tls.ca_file: cannot read /ca.pem");
+  });
+  WriteBytes(path_, kBase + "  - name: notes\n    prefix: /notes\n");
+  EXPECT_FALSE(reloader.Reload("test"));
+  EXPECT_EQ(reloader.running(), initial_);
+  EXPECT_EQ(metrics.config_last_reload_successful().Value(), 0);
+  EXPECT_EQ(metrics.config_reloads_failed().Value(), 1);
 }
 
 // Which keys need a restart is a promise to operators (config/README.md); a key leaving or
