@@ -223,6 +223,11 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
       if (!upstream) break;
       continue;
     }
+    if (sent == Sent::kRefused && upstream->tls && !upstream->reused) {
+      // A TLS connection the backend dropped between its handshake and the request: its TLS
+      // refused us after our side was done (how TLS 1.3 refuses a client certificate).
+      ec = RefusedAfterHandshake(ec);
+    }
     if (sent == Sent::kOk) {
       // The response head; 1xx interim responses are dropped (the proxy answered 100-continue
       // itself).

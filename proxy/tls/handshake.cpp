@@ -12,7 +12,7 @@ namespace {
 
 // The category's codes: a verification failure is kVerifyBase + its X509_V_ERR_* code (all small
 // and positive), so its reason survives in the error_code.
-enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kVerifyBase = 1000 };
+enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kRefusedAfter = 4, kVerifyBase = 1000 };
 
 class HandshakeCategory final : public boost::system::error_category {
  public:
@@ -25,6 +25,9 @@ class HandshakeCategory final : public boost::system::error_category {
         return "the connection was closed or reset during the TLS handshake";
       case kNotPrepared:
         return "OpenSSL could not take the server name to check";
+      case kRefusedAfter:
+        return "the backend closed the connection right after the TLS handshake, before the request could be "
+               "written (a TLS 1.3 server refusing the client certificate does this)";
       default:
         if (value > kVerifyBase) {
           return std::string("certificate verify failed: ") + X509_verify_cert_error_string(value - kVerifyBase);
@@ -60,6 +63,11 @@ boost::system::error_code HandshakeFailure(const boost::system::error_code& ec, 
   }
   if (ec.category() == boost::asio::error::get_ssl_category()) return ec;  // an alert, a protocol error
   return {kClosed, Category()};  // eof, a stream cut short, a reset: the peer went away
+}
+
+boost::system::error_code RefusedAfterHandshake(const boost::system::error_code& ec) {
+  if (ec.category() == boost::asio::error::get_ssl_category()) return ec;  // the alert itself: more precise
+  return {kRefusedAfter, Category()};
 }
 
 bool IsTlsFailure(const boost::system::error_code& ec) {

@@ -35,6 +35,12 @@ class HandshakeObserver {
 // off. ssl null: the connection could not be prepared for it (PrepareClientConnection failed).
 boost::system::error_code HandshakeFailure(const boost::system::error_code& ec, const SSL* ssl, bool timed_out);
 
+// The error for a connection whose handshake had completed on our side and that the peer closed
+// or reset before the first request could be written (ec: the write's error). In TLS 1.3 the
+// server checks a client certificate after the client's side of the handshake is done, and this
+// is how a refusal shows when its alert is not read first.
+boost::system::error_code RefusedAfterHandshake(const boost::system::error_code& ec);
+
 // Whether ec is a TLS failure: a failed handshake (HandshakeFailure), or an error of the TLS
 // layer itself later on (a fatal alert such as TLS 1.3's "certificate required", a bad record).
 // A peer that merely closes (eof, a stream cut short) is not one.
