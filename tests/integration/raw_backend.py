@@ -16,8 +16,13 @@ times a request was sent to it.
     backend = RawBackend("answer", octal_lengths=True)   # a lenient parser: a Content-Length with
                                                          # a leading 0 is read as octal ("0300" is
                                                          # 192), as OpenLiteSpeed before 1.7.18 did
+    backend = RawBackend("answer", tls=context)          # TLS (an ssl.SSLContext for the server
+                                                         # side): what is recorded is what the
+                                                         # connection decrypted; url is https://
 
-backend.port, backend.url, backend.connections() (the bytes of each connection), received() (all
+backend.port, backend.url, backend.connections() (the bytes of each connection), handshakes()
+(TLS: the handshakes that completed), handshake_failures() (the errors of those that did not),
+peer_certificates() (the client certificate of each completed one, or None), received() (all
 of them), received_since(snapshot) (what arrived after an earlier connections()), count(bytes),
 requests() (the parsed requests), quiet() (waits until nothing has arrived for a while), stop().
 Each Request also records when the backend had it whole (`started`, time.monotonic()), what the
@@ -29,6 +34,7 @@ timeout.
 """
 
 import socket
+import ssl
 import threading
 import time
 
@@ -147,13 +153,15 @@ class RawBackend:
     """
 
     def __init__(self, script="answer", nth=2, delay=0.0, body=b"ok\n", respond=None,
-                 octal_lengths=False):
+                 octal_lengths=False, tls=None):
         if script not in SCRIPTS:
             raise ValueError("unknown script %r (one of %s)" % (script, ", ".join(SCRIPTS)))
         if (script == "scripted") != (respond is not None):
             raise ValueError("respond is required by the scripted script, and only by it")
         self.script, self.nth, self.delay, self.body = script, nth, delay, body
-        self.respond, self.octal_lengths = respond, octal_lengths
+        self.respond, self.octal_lengths, self.tls = respond, octal_lengths, tls
+        self._handshakes = []          # TLS: the peer certificate (or None) of each completed one
+        self._handshake_failures = []  # TLS: the error of each failed one
         self._sent = []       # (connection, time.monotonic(), bytes) for every piece sent
         self._lock = threading.Lock()
         self._received = []   # bytearray per accepted connection, in accept order
@@ -173,7 +181,22 @@ class RawBackend:
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+
+    def handshakes(self):
+        """TLS: how many handshakes completed."""
+        with self._lock:
+            return len(self._handshakes)
+
+    def handshake_failures(self):
+        """TLS: the errors (as text) of the handshakes that failed, in order."""
+        with self._lock:
+            return list(self._handshake_failures)
+
+    def peer_certificates(self):
+        """TLS: the client certificate (ssl.getpeercert()) of each completed handshake, or None."""
+        with self._lock:
+            return list(self._handshakes)
 
     # -- what was received --
 
@@ -281,8 +304,27 @@ class RawBackend:
             return chunk
         return None
 
+    def _handshake(self, sock, index):
+        """The TLS side of an accepted socket, or None when its handshake failed (recorded)."""
+        sock.settimeout(5.0)
+        try:
+            tls_sock = self.tls.wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            with self._lock:
+                self._handshake_failures.append("%s: %s" % (type(e).__name__, e))
+            sock.close()
+            return None
+        with self._lock:
+            self._handshakes.append(tls_sock.getpeercert() or None)
+            self._sockets[index] = tls_sock
+        return tls_sock
+
     def _serve(self, sock, index):
         deadline = time.monotonic() + CONNECTION_LIFETIME
+        if self.tls is not None:
+            sock = self._handshake(sock, index)
+            if sock is None:
+                return
         sock.settimeout(POLL)
         buf = b""
         served = 0
