@@ -64,7 +64,7 @@ io::Awaitable<boost::system::error_code> ReadSome(UpstreamConnection& upstream, 
     }
     const size_t size = beast::read_size(buffer, kReadSize);
     if (size == 0) co_return http::error::buffer_overflow;
-    auto [rec, n] = co_await upstream.async_read_some(buffer.prepare(size), kTuple);
+    auto [rec, n] = co_await upstream.ReadSome(buffer.prepare(size));
     buffer.commit(n);
     if (rec == asio::error::eof) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
@@ -94,13 +94,13 @@ class GatherWrite {
   GatherWrite(const GatherWrite&) = delete;
   GatherWrite& operator=(const GatherWrite&) = delete;
 
-  const std::array<asio::const_buffer, 5>& buffers() const { return buffers_; }  // unused ones are empty
+  const GatherBuffers& buffers() const { return buffers_; }  // unused ones are empty
 
  private:
   static constexpr std::string_view kCrLf = "\r\n";
   static constexpr std::string_view kLastChunk = "0\r\n\r\n";
   char size_line_[24];
-  std::array<asio::const_buffer, 5> buffers_{};
+  GatherBuffers buffers_{};
 };
 
 
@@ -157,7 +157,7 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
   for (;;) {
     const bool last = body.complete();
     GatherWrite piece(first ? request.head : std::string_view{}, body.data(), body.size(), request.chunked, last);
-    auto [wec, written] = co_await asio::async_write(upstream, piece.buffers(), kTuple);
+    auto [wec, written] = co_await upstream.Write(piece.buffers());
     if (wec) {
       ec = wec;
       co_return WriteFailure(first, written);
@@ -202,7 +202,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
     if (body.complete()) {
       // The usual case, the whole request in one gather write, without a coroutine of its own.
       GatherWrite piece(request.head, body.data(), body.size(), request.chunked, true);
-      auto [wec, written] = co_await asio::async_write(*upstream, piece.buffers(), kTuple);
+      auto [wec, written] = co_await upstream->Write(piece.buffers());
       ec = wec;
       sent = wec ? WriteFailure(true, written) : Sent::kOk;
       result.bytes_in = body.decoder().body_bytes();

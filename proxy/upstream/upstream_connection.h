@@ -1,23 +1,34 @@
 #pragma once
 // One backend connection: a TCP socket and, for an https backend, the TLS stream over it.
 //
-// It is an Asio AsyncReadStream and AsyncWriteStream: asio::async_write and the exchange's reads
-// take it as they took the socket, and each operation goes through TLS when there is one. A
-// plain connection pays one branch per operation for that, nothing else: the same socket calls
-// as before, no coroutine frame and no type erasure in between.
+// The exchange reads and writes through ReadSome and Write, which go through TLS when there is
+// one. A plain connection pays one branch for that and nothing else: behind it are the very
+// socket operations the exchange made before TLS existed (the same template instantiations as the
+// client side's), with no coroutine frame, no type erasure and no TLS code inlined beside them
+// (the TLS operations are out of line, in upstream_connection.cpp).
 
 #include "common/io.h"
 #include "tls/client_context.h"
 
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include <array>
+#include <cstddef>
 #include <memory>
-#include <utility>
+#include <tuple>
 
 namespace fencing {
 
 using TlsStream = boost::asio::ssl::stream<io::Socket&>;
+// What an operation on a connection completes with: its error and the bytes it moved.
+using IoResult = std::tuple<boost::system::error_code, size_t>;
+// A gather write: a head, chunk framing and body bytes (the exchange's GatherWrite).
+using GatherBuffers = std::array<boost::asio::const_buffer, 5>;
+
+io::Awaitable<IoResult> TlsReadSome(TlsStream& tls, boost::asio::mutable_buffer into);
+io::Awaitable<IoResult> TlsWrite(TlsStream& tls, const GatherBuffers& buffers);
 
 struct UpstreamConnection {
   explicit UpstreamConnection(boost::asio::io_context& ioc) : socket(ioc.get_executor()) {}
@@ -32,19 +43,15 @@ struct UpstreamConnection {
   boost::beast::flat_buffer buffer;
   bool reused = false;  // came from the pool: the backend may have closed it meanwhile
 
-  using executor_type = io::Executor;
-  executor_type get_executor() { return socket.get_executor(); }
-
-  template <typename MutableBuffers, typename Token>
-  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    if (tls) return tls->async_read_some(buffers, std::forward<Token>(token));
-    return socket.async_read_some(buffers, std::forward<Token>(token));
+  // Reads what is there (at least a byte) into `into`.
+  io::Awaitable<IoResult> ReadSome(boost::asio::mutable_buffer into) {
+    if (tls) [[unlikely]] return TlsReadSome(*tls, into);
+    return socket.async_read_some(into, io::kTuple);
   }
-
-  template <typename ConstBuffers, typename Token>
-  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    if (tls) return tls->async_write_some(buffers, std::forward<Token>(token));
-    return socket.async_write_some(buffers, std::forward<Token>(token));
+  // Writes all of buffers.
+  io::Awaitable<IoResult> Write(const GatherBuffers& buffers) {
+    if (tls) [[unlikely]] return TlsWrite(*tls, buffers);
+    return boost::asio::async_write(socket, buffers, io::kTuple);
   }
 
   // TLS only: whether the TLS layer holds nothing the backend sent after the last response. Bytes
