@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "tls/handshake.h"
+#include "tls/memory_handshake.h"
 #include "tls/reloader.h"
 #include "tls/test_certs.h"
 

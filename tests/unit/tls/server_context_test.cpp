@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tls/handshake.h"
+#include "tls/memory_handshake.h"
 #include "tls/server_context.h"
 #include "tls/server_identity.h"
 #include "tls/test_certs.h"
