@@ -17,10 +17,10 @@ packages=(
 # (eatmydata for the crash tests' negative control, libfiu for disk faults), slowloris,
 # clang's libFuzzer and sanitizer runtimes (tests/fuzz, scripts/test-sanitizers.sh), and the
 # other HTTP/1.1 parsers of the differential oracle (tests/differential: Node's llhttp, Go's
-# net/http, nginx, HAProxy), and the openssl command line (tests/integration/test_tls.py makes
-# its certificates with it).
+# net/http, nginx, HAProxy), the openssl command line (tests/integration/test_tls*.py make their
+# certificates with it), and sslscan (tests/integration/test_tls_scan.py scans the TLS listener).
 test_packages=(
-  etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo openssl
+  etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo openssl sslscan
   eatmydata fiu-utils slowhttptest
   clang-14 libclang-rt-14-dev llvm-14
   nodejs golang-go nginx haproxy
