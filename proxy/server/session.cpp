@@ -165,7 +165,7 @@ io::Awaitable<void> Session::Handshake() {
   SessionPtr self(this);
   // Bounded like a request head: the sweep cancels a handshake still under way at header_read.
   SetDeadline(Clock::now() + worker_.runtime()->config().timeouts.header_read);
-  auto [ec] = co_await stream_.ssl().async_handshake(asio::ssl::stream_base::server, kTuple);
+  auto [ec] = co_await stream_.async_handshake(kTuple);
   const bool timed_out = cancel_.timed_out;  // (ClearDeadline resets it)
   ClearDeadline();
   Metrics& metrics = worker_.shared().metrics;
@@ -655,12 +655,10 @@ io::Awaitable<void> Session::LingeringClose() {
 }
 
 io::Awaitable<void> Session::SendCloseNotify() {
-  // SSL_shutdown would wait for the client's close_notify; told it has come, it only sends ours
-  // (a one-way close, as nginx's): the client reads the end of the stream, the connection closes.
-  SSL* ssl = stream_.ssl().native_handle();
-  SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_RECEIVED_SHUTDOWN);
+  // The client reads the end of the stream, then the connection closes (not waiting for its
+  // close_notify, as nginx).
   SetDeadline(Clock::now() + kLingerTime);
-  co_await stream_.ssl().async_shutdown(kTuple);
+  co_await stream_.async_close_notify(kTuple);
 }
 
 }  // namespace fencing

@@ -1,10 +1,15 @@
 #pragma once
 // The stream a session reads requests from and writes answers to: a client's TCP connection,
 // plain or with TLS over it. Sessions, request bodies and exchanges are written against it once;
-// each read and write picks the layer with one branch, so the plain path costs that branch and
-// nothing else: no coroutine, no type erasure, no handler wrapped or moved once more, no buffer
-// of its own (the TLS state, with OpenSSL's SSL, Asio's record buffers and the client's
-// identity, is allocated only for a TLS connection).
+// each read and write picks the layer with one branch.
+//
+// The plain path is the socket's own call behind that branch: no coroutine, no type erasure, no
+// handler wrapped or moved once more, no buffer of its own. The TLS path type-erases its handler
+// (any_completion_handler) and runs in server_stream.cpp, so Asio's SSL templates (its io_op,
+// OpenSSL's engine) are compiled there once, not into every file that reads or writes a client:
+// in those files they had made GCC inline less around the plain path (measured with callgrind,
+// docs/design-notes.md). The TLS state (OpenSSL's SSL, Asio's record buffers, the client's
+// identity) is allocated only for a TLS connection.
 //
 // The TCP socket stays reachable (socket()) for what is not a read or a write of the protocol:
 // the sweep's cancel, the cold idle wait for readability, the lingering close, close itself.
@@ -13,7 +18,9 @@
 #include "tls/server_context.h"
 #include "tls/server_identity.h"
 
-#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
@@ -25,50 +32,83 @@ namespace fencing::tls {
 class ServerStream {
  public:
   using executor_type = io::Executor;
-  using SslStream = boost::asio::ssl::stream<io::Socket&>;
+  using IoHandler = boost::asio::any_completion_handler<void(boost::system::error_code, std::size_t)>;
+  using Handler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 
-  explicit ServerStream(io::Socket socket) : socket_(std::move(socket)) {}
+  explicit ServerStream(io::Socket socket);
+  ~ServerStream();
   ServerStream(const ServerStream&) = delete;
   ServerStream& operator=(const ServerStream&) = delete;
 
   // TLS over the connection from now on, with a new SSL of `context`: the server side of a
-  // handshake (ssl().async_handshake) comes next.
-  void StartTls(const ServerContext& context) { tls_ = std::make_unique<Tls>(socket_, context.NewConnection()); }
+  // handshake (async_handshake) comes next.
+  void StartTls(const ServerContext& context);
   bool tls() const { return tls_ != nullptr; }
-  SslStream& ssl() { return tls_->stream; }
+
+  // TLS only: the server side of the handshake; then TakeIdentity.
+  template <typename Token>
+  auto async_handshake(Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](auto handler) { TlsHandshake(Handler(std::move(handler))); }, token);
+  }
+  // TLS only: sends close_notify without waiting for the client's (a one-way close, as nginx's).
+  template <typename Token>
+  auto async_close_notify(Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+        [this](auto handler) { TlsCloseNotify(Handler(std::move(handler))); }, token);
+  }
 
   // After the handshake: who the client is, from the certificate it verified (none without one).
-  void TakeIdentity() { tls_->identity = VerifiedIdentity(tls_->stream.native_handle()); }
-  const ClientIdentity& identity() const { return tls_ ? tls_->identity : kNoIdentity; }
+  void TakeIdentity();
+  const ClientIdentity& identity() const { return *identity_; }
 
   io::Socket& socket() { return socket_; }
   executor_type get_executor() { return socket_.get_executor(); }
 
-  // Each layer's own initiating function, the token passed on untouched: with the same token and
-  // completion signature both return the same type (an awaitable for a coroutine, nothing for a
-  // handler), made in place (a conditional of two prvalues), and inlined: the plain path is the
-  // socket's own call behind one branch.
+  // A conditional of two prvalues of one type (an awaitable for a coroutine, nothing for a
+  // handler): made in place, whichever layer runs.
   template <typename MutableBuffers, typename Token>
   [[gnu::always_inline]] auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    return tls_ ? tls_->stream.async_read_some(buffers, std::forward<Token>(token))
+    return tls_ ? boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+                      [this](auto handler, const MutableBuffers& b) {
+                        TlsReadSome(First<boost::asio::mutable_buffer>(b), IoHandler(std::move(handler)));
+                      },
+                      token, buffers)
                 : socket_.async_read_some(buffers, std::forward<Token>(token));
   }
 
   template <typename ConstBuffers, typename Token>
   [[gnu::always_inline]] auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    return tls_ ? tls_->stream.async_write_some(buffers, std::forward<Token>(token))
+    return tls_ ? boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+                      [this](auto handler, const ConstBuffers& b) {
+                        TlsWriteSome(First<boost::asio::const_buffer>(b), IoHandler(std::move(handler)));
+                      },
+                      token, buffers)
                 : socket_.async_write_some(buffers, std::forward<Token>(token));
   }
 
  private:
-  struct Tls {
-    Tls(io::Socket& socket, SSL* ssl) : stream(socket, ssl) {}
-    SslStream stream;
-    ClientIdentity identity;
-  };
+  struct Tls;  // server_stream.cpp
+
+  // The first non-empty buffer of a sequence (or an empty one): what a TLS record carries at a
+  // time, as Asio's SSL stream itself takes it.
+  template <typename Buffer, typename Buffers>
+  static Buffer First(const Buffers& buffers) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers); it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      Buffer buffer(*it);
+      if (buffer.size() != 0) return buffer;
+    }
+    return Buffer();
+  }
+
+  void TlsHandshake(Handler handler);
+  void TlsCloseNotify(Handler handler);
+  void TlsReadSome(boost::asio::mutable_buffer buffer, IoHandler handler);
+  void TlsWriteSome(boost::asio::const_buffer buffer, IoHandler handler);
 
   io::Socket socket_;
   std::unique_ptr<Tls> tls_;
+  const ClientIdentity* identity_ = &kNoIdentity;
 };
 
 }  // namespace fencing::tls
