@@ -4,12 +4,11 @@
 // each read and write picks the layer with one branch.
 //
 // The plain path is the socket's own call behind that branch: no coroutine, no type erasure, no
-// handler wrapped or moved once more, no buffer of its own. The TLS path type-erases its handler
-// (any_completion_handler) and runs in server_stream.cpp, so Asio's SSL templates (its io_op,
-// OpenSSL's engine) are compiled there once, not into every file that reads or writes a client:
-// in those files they had made GCC inline less around the plain path (measured with callgrind,
-// docs/design-notes.md). The TLS state (OpenSSL's SSL, Asio's record buffers, the client's
-// identity) is allocated only for a TLS connection.
+// handler wrapped or moved once more, no buffer of its own (what that costs, by callgrind:
+// docs/design-notes.md). The TLS path type-erases its handler (any_completion_handler) and runs
+// in server_stream.cpp, so Asio's SSL templates (its io_op, OpenSSL's engine) are compiled there
+// once, not into every file that reads or writes a client. The TLS state (OpenSSL's SSL, Asio's
+// record buffers, the client's identity) is allocated only for a TLS connection.
 //
 // The TCP socket stays reachable (socket()) for what is not a read or a write of the protocol:
 // the sweep's cancel, the cold idle wait for readability, the lingering close, close itself.
