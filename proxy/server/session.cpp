@@ -209,8 +209,12 @@ void Session::WaitCold() {
   };
   // An allocation of its own, sized for it: Asio's default would recycle a block some larger
   // operation of this thread left behind, and keep that whole block for as long as the wait.
-  // Readiness of the TCP socket: with TLS too, since a read waiting on the socket leaves no
-  // decrypted byte behind in the TLS layer (it reads from the socket only once that is empty).
+  // Readiness of the TCP socket: with TLS too, since a TLS read waits on the socket only when
+  // what OpenSSL holds is no whole record; should it hold one, Run reads it at once.
+  if (stream_.HasBufferedInput()) {
+    asio::post(stream_.get_executor(), [on_readable = std::move(on_readable)]() mutable { on_readable({}); });
+    return;
+  }
   stream_.socket().async_wait(tcp::socket::wait_read,
                               asio::bind_allocator(ExactAllocator<void>(), std::move(on_readable)));
 }

@@ -6,9 +6,9 @@
 // The plain path is the socket's own call behind that branch: no coroutine, no type erasure, no
 // handler wrapped or moved once more, no buffer of its own (what that costs, by callgrind:
 // docs/design-notes.md). The TLS path type-erases its handler (any_completion_handler) and runs
-// in server_stream.cpp, so Asio's SSL templates (its io_op, OpenSSL's engine) are compiled there
-// once, not into every file that reads or writes a client. The TLS state (OpenSSL's SSL, Asio's
-// record buffers, the client's identity) is allocated only for a TLS connection.
+// in server_stream.cpp, where OpenSSL reads and writes the socket itself and each operation waits
+// for the readiness OpenSSL asks for (as nginx drives it; why, there). The TLS state (OpenSSL's
+// SSL and the client's identity) is allocated only for a TLS connection.
 //
 // The TCP socket stays reachable (socket()) for what is not a read or a write of the protocol:
 // the sweep's cancel, the cold idle wait for readability, the lingering close, close itself.
@@ -59,6 +59,9 @@ class ServerStream {
 
   // After the handshake: who the client is, from the certificate it verified (none without one).
   void TakeIdentity();
+  // TLS only: OpenSSL holds input already read from the socket (a record, or part of one), so a
+  // wait for the socket's readiness alone could wait for what has come.
+  bool HasBufferedInput() const;
   const ClientIdentity& identity() const { return *identity_; }
 
   io::Socket& socket() { return socket_; }
@@ -80,7 +83,7 @@ class ServerStream {
   [[gnu::always_inline]] auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return tls_ ? boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
                       [this](auto handler, const ConstBuffers& b) {
-                        TlsWriteSome(First<boost::asio::const_buffer>(b), IoHandler(std::move(handler)));
+                        TlsWriteSome(Gather(b), IoHandler(std::move(handler)));
                       },
                       token, buffers)
                 : socket_.async_write_some(buffers, std::forward<Token>(token));
@@ -100,10 +103,33 @@ class ServerStream {
     return Buffer();
   }
 
+  template <typename OpHandler, typename AttemptFn>
+  void Drive(OpHandler handler, AttemptFn attempt, bool waited = false);
+  static void Complete(IoHandler handler, boost::system::error_code ec, std::size_t n);
+  static void Complete(Handler handler, boost::system::error_code ec, std::size_t n);
+
+  // The first non-empty buffers of a write (up to kMaxParts): a response's head, chunk framing
+  // and body go out in one TLS record where they fit in one, not a record (and a write) each.
+  struct WriteParts {
+    static constexpr std::size_t kMaxParts = 8;
+    boost::asio::const_buffer parts[kMaxParts];
+    std::size_t count = 0;
+  };
+  template <typename ConstBuffers>
+  static WriteParts Gather(const ConstBuffers& buffers) {
+    WriteParts gathered;
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers) && gathered.count < WriteParts::kMaxParts; ++it) {
+      boost::asio::const_buffer buffer(*it);
+      if (buffer.size() != 0) gathered.parts[gathered.count++] = buffer;
+    }
+    return gathered;
+  }
+
   void TlsHandshake(Handler handler);
   void TlsCloseNotify(Handler handler);
   void TlsReadSome(boost::asio::mutable_buffer buffer, IoHandler handler);
-  void TlsWriteSome(boost::asio::const_buffer buffer, IoHandler handler);
+  void TlsWriteSome(const WriteParts& buffers, IoHandler handler);
 
   io::Socket socket_;
   std::unique_ptr<Tls> tls_;
