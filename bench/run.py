@@ -10,9 +10,15 @@ same-round pairs), syscalls per request (strace -c), memory per idle keep-alive 
 disk's append+fdatasync rate and the issue's goals; writes JSON and a Markdown table to
 bench/results/. Stops every process it started, by PID, on any exit.
 
-  bench/run.sh                       full run (9 rounds; about 20 minutes)
-  bench/run.sh --smoke               one short round of everything; exit 1 on any non-2xx or
-                                     socket error (for CI; under 90 s)
+The TLS workloads (--workloads tls) run each target a second time with a TLS listener (one
+ECDSA P-256 certificate made at start, the same TLS settings on all three, checked with
+`openssl s_client` at start): requests over TLS keep-alive, new connections per second with full
+and with resumed handshakes (bench/tls_handshakes.py), memory per idle TLS connection.
+
+  bench/run.sh                       full run of the plain workloads (9 rounds; about 20 minutes)
+  bench/run.sh --workloads tls       the TLS workloads (9 rounds; about 16 minutes); `all`: both
+  bench/run.sh --smoke               one short round of the plain workloads and a short TLS check;
+                                     exit 1 on any non-2xx or socket error (for CI; under 90 s)
   bench/run.sh --binary PATH         another fencing-proxy binary (default build/proxy/fencing-proxy)
   bench/run.sh --targets fencing-proxy,nginx --workloads put_equal --rounds 3 --seconds 5
 
@@ -30,6 +36,7 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -59,7 +66,7 @@ TARGETS = ("nginx", "haproxy", "fencing-proxy")
 EXTRA_TARGETS = ("nginx-log", "fencing-proxy-log", "fencing-proxy-log-pipe", "fencing-proxy-base")
 ALL_TARGETS = TARGETS + EXTRA_TARGETS
 REFERENCE = "nginx"
-WORKLOADS = {
+PLAIN_WORKLOADS = {
     "get": "GET pass-through, 32 conns",
     "put_equal": "PUT equal token, 32 conns",
     "put_keyed": "PUT equal token, keyed route, 32 conns",
@@ -68,6 +75,23 @@ WORKLOADS = {
     "put_paced": "PUT equal token, paced, 4 conns",
     "raise_keys": "PUT raising 10,000 keys, 32 conns",
 }
+# Against each target's TLS listener (a second process of each, started when one is chosen).
+TLS_WORKLOADS = {
+    "tls_put_equal": "TLS: PUT equal token, keep-alive, 32 conns",
+    "tls_handshake": "TLS: connection per GET, full handshake (conns/s)",
+    "tls_resume": "TLS: connection per GET, resumed session (conns/s)",
+    "tls_idle": "TLS: memory per idle connection",
+}
+WORKLOADS = dict(PLAIN_WORKLOADS, **TLS_WORKLOADS)
+WORKLOAD_GROUPS = {"plain": list(PLAIN_WORKLOADS), "tls": list(TLS_WORKLOADS),
+                   "all": list(PLAIN_WORKLOADS) + list(TLS_WORKLOADS)}
+# Measured after the rounds, as the plain idle test is: not a timed run of its own.
+AFTER_ROUNDS = ("tls_idle",)
+# What --smoke adds to the plain workloads when --workloads is not given (about 10 s): the TLS
+# listeners start, negotiate the same parameters (full handshakes of s_client and Python), serve
+# requests over keep-alive and over new connections that resume a session.
+SMOKE_TLS = ("tls_put_equal", "tls_resume")
+TLS_CLIENTS = 4           # worker processes of bench/tls_handshakes.py
 EQUAL_TOKEN = "1000"      # the eq fence is raised to this once; every equal-token PUT carries it
 EQ_PATH = "/eq/1"
 KEYED_PATH = "/keyed/k1"  # route keyed (fence_key: path_segment 1): key k1, raised to EQUAL_TOKEN
@@ -79,7 +103,7 @@ TOKEN_STRIDE = 10 ** 9    # each raise run gets its own token range: run n start
 PROC_TIMEOUT = 10.0       # seconds for a process to start or stop
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PACKAGES = {"nginx": "nginx", "haproxy": "haproxy", "wrk": "wrk", "strace": "strace",
-            "taskset": "util-linux"}
+            "taskset": "util-linux", "openssl": "openssl"}
 PARSER_PACKAGE = "python3-prometheus-client"   # /metrics is read with its parser
 DEBIAN_PYTHON = "/usr/bin/python3"             # the python that Debian's python3-* packages are for
 
@@ -304,8 +328,14 @@ def render(template, out_path, **values):
     return out_path
 
 
-def http_get(port, path, timeout=2.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def _connection(port, timeout, tls):
+    if tls is not None:     # an ssl.SSLContext
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+
+def http_get(port, path, timeout=2.0, tls=None):
+    conn = _connection(port, timeout, tls)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -314,8 +344,8 @@ def http_get(port, path, timeout=2.0):
         conn.close()
 
 
-def http_put(port, path, token, body=b"x" * 128, timeout=5.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def http_put(port, path, token, body=b"x" * 128, timeout=5.0, tls=None):
+    conn = _connection(port, timeout, tls)
     try:
         conn.request("PUT", path, body=body, headers={"X-Fencing-Token": str(token)})
         resp = conn.getresponse()
@@ -324,14 +354,14 @@ def http_put(port, path, token, body=b"x" * 128, timeout=5.0):
         conn.close()
 
 
-def wait_ready(proc, port, path, what, log_path, timeout=PROC_TIMEOUT):
+def wait_ready(proc, port, path, what, log_path, timeout=PROC_TIMEOUT, tls=None):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break
         try:
-            status, _ = http_get(port, path, timeout=1.0)
+            status, _ = http_get(port, path, timeout=1.0, tls=tls)
             if status == 200:
                 return
             last = "HTTP %d" % status
@@ -456,15 +486,112 @@ def fencing_counters(admin_port):
 
 
 # ---------------------------------------------------------------------------------------------
+# TLS: one certificate for every target, a client context that verifies it, and what a target
+# negotiates
+
+class TlsFiles:
+    """An ECDSA P-256 certificate for 127.0.0.1 and localhost, made with the openssl command
+    line; self-signed, so the clients trust it as it is (no chain to check)."""
+
+    def __init__(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        self.cert = os.path.join(directory, "cert.pem")
+        self.key = os.path.join(directory, "key.pem")
+        self.cert_and_key = os.path.join(directory, "cert-and-key.pem")   # HAProxy's crt
+        argv = [find_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:P-256", "-nodes", "-keyout", self.key, "-out", self.cert,
+                "-days", "7", "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-addext", "basicConstraints=critical,CA:FALSE",
+                "-addext", "keyUsage=critical,digitalSignature",
+                "-addext", "extendedKeyUsage=serverAuth"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise BenchError("openssl could not make the certificate: %s" % r.stderr[-1000:])
+        with open(self.cert_and_key, "w") as out:
+            for path in (self.cert, self.key):
+                with open(path) as f:
+                    out.write(f.read())
+
+    def client_context(self):
+        """Python's default client (OpenSSL's defaults), verifying the certificate and the name."""
+        ctx = ssl.create_default_context(cafile=self.cert)
+        ctx.set_alpn_protocols(["http/1.1"])
+        return ctx
+
+
+def s_client(port, cafile, extra=()):
+    """One handshake with `openssl s_client` (a default OpenSSL client) -> what was negotiated."""
+    argv = [find_tool("openssl"), "s_client", "-connect", "127.0.0.1:%d" % port, "-servername",
+            "localhost", "-alpn", "http/1.1", "-CAfile", cafile, "-verify_return_error"] + list(extra)
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"error": "openssl s_client timed out"}
+    text = r.stdout + r.stderr
+
+    def find(pattern):
+        m = re.search(pattern, text, re.M)
+        return m.group(1).strip() if m else None
+    out = {"protocol": find(r"^(?:New|Reused), (TLSv[\d.]+), Cipher is"),
+           "cipher": find(r"^(?:New|Reused), TLSv[\d.]+, Cipher is (\S+)"),
+           "group": find(r"^Server Temp Key: ([^,\n]+)"),
+           "alpn": find(r"^ALPN protocol: (\S+)") or ("none" if "No ALPN negotiated" in text else None),
+           "signature": find(r"^Peer signature type: (\S+)"),
+           "verify": find(r"^\s*Verify return code: (.*)$")}
+    if r.returncode != 0 or not out["cipher"] or out["cipher"] == "(NONE)":
+        out["error"] = "openssl s_client exit %d: %s" % (r.returncode, text[-800:])
+    return out
+
+
+def describe_tls(check):
+    """One line of what a target negotiated (the same line for every target, or a problem)."""
+    def one(c):
+        if c.get("error"):
+            return "error"
+        return "%s %s %s" % (c.get("protocol"), c.get("cipher"), c.get("group"))
+    t13, t12, py = check.get("tls1_3", {}), check.get("tls1_2", {}), check.get("python", {})
+    return ("%s, ALPN %s, %s signature, verify %s; forced TLS 1.2: %s; Python's client: %s"
+            % (one(t13), t13.get("alpn"), t13.get("signature"), t13.get("verify"), one(t12),
+               "error" if py.get("error") else "%s %s, %s" % (
+                   py.get("version"), py.get("cipher"),
+                   "resumes its session" if py.get("resumed") else "does NOT resume its session")))
+
+
+def python_resumes(port, ctx):
+    """Two connections from one context: a full handshake, then one offering its session ->
+    {"version", "cipher", "alpn", "resumed": the second resumed it}."""
+    first = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ctx)
+    try:
+        first.request("GET", EQ_PATH)
+        first.getresponse().read()       # TLS 1.3: the tickets arrive with (before) the answer
+        sock = first.sock
+        facts = {"version": sock.version(), "cipher": sock.cipher()[0],
+                 "alpn": sock.selected_alpn_protocol()}
+        session = sock.session
+    finally:
+        first.close()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        second = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+        facts["resumed"] = second.session_reused
+        second.close()
+    finally:
+        raw.close()
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
 # The benchmark
 
 class Target:
-    def __init__(self, name, port, proc, pid, admin_port=None):
+    def __init__(self, name, port, proc, pid, admin_port=None, tls=False):
         self.name, self.port, self.proc, self.pid, self.admin_port = name, port, proc, pid, admin_port
+        self.tls = tls
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
 
 
 def median(xs):
@@ -480,6 +607,11 @@ class Bench:
     def __init__(self, args, sup, workdir):
         self.args, self.sup, self.workdir = args, sup, workdir
         self.targets = {}
+        self.tls_targets = {}     # the same targets with a TLS listener (TLS workloads only)
+        self.tls_files = None     # TlsFiles
+        self.tls_client = None    # ssl.SSLContext that verifies the certificate
+        self.tls_checks = {}      # target -> what s_client and Python's client negotiated
+        self.tls_problems = []
         self.backend = None
         self.backend_port = None
         self.backend_pid = None
@@ -516,74 +648,134 @@ class Bench:
         for name in ALL_TARGETS:
             if name in self.args.targets:
                 self.targets[name] = self.start_target(name)
+        if any(w in TLS_WORKLOADS for w in self.args.workloads):
+            self.tls_files = TlsFiles(os.path.join(self.workdir, "tls"))
+            self.tls_client = self.tls_files.client_context()
+            for name in ALL_TARGETS:
+                if name in self.args.targets:
+                    self.tls_targets[name] = self.start_target(name, tls=True)
         # The equal-token fence (and key k1 of the keyed one) starts at EQUAL_TOKEN: one raise
         # each, before anything is measured.
-        for t in self.targets.values():
+        for t in list(self.targets.values()) + list(self.tls_targets.values()):
             for path in (EQ_PATH, KEYED_PATH):
-                status, body = http_put(t.port, path, EQUAL_TOKEN)
+                status, body = http_put(t.port, path, EQUAL_TOKEN, tls=self.tls_for(t))
                 if status // 100 != 2:
                     raise BenchError("%s: priming PUT %s X-Fencing-Token: %s -> HTTP %d %r"
                                      % (t.name, path, EQUAL_TOKEN, status, body[:300]))
+        if self.tls_targets:
+            self.check_tls()
 
-    def start_target(self, name):
-        """Starts one target on fresh ports (its files are overwritten on a restart)."""
+    def tls_for(self, t):
+        return self.tls_client if t.tls else None
+
+    def check_tls(self):
+        """What each TLS target negotiates with a default OpenSSL client (TLS 1.3, and TLS 1.2
+        forced), and whether Python's client resumes a session: all must agree."""
+        for name, t in self.tls_targets.items():
+            check = {"tls1_3": s_client(t.port, self.tls_files.cert),
+                     "tls1_2": s_client(t.port, self.tls_files.cert, ["-tls1_2"])}
+            try:
+                check["python"] = python_resumes(t.port, self.tls_client)
+            except (OSError, ssl.SSLError, http.client.HTTPException) as e:
+                check["python"] = {"error": "%s: %s" % (type(e).__name__, e)}
+            self.tls_checks[name] = check
+            log("  tls      %-13s %s" % (name, describe_tls(check)))
+            for k, v in check.items():
+                if v.get("error"):
+                    self.tls_problems.append("%s: %s" % (k, v["error"]))
+            if check["python"].get("resumed") is False:
+                self.tls_problems.append("%s does not resume a TLS session" % name)
+        keys = {name: describe_tls(c) for name, c in self.tls_checks.items()}
+        if len(set(keys.values())) > 1:
+            self.tls_problems.append("the targets negotiate different TLS parameters: %s" % keys)
+
+    def start_target(self, name, tls=False):
+        """Starts one target on fresh ports (its files are overwritten on a restart); with tls,
+        its second process, whose listener speaks TLS (configs/*-tls.*)."""
         w, backend_port = self.workdir, self.backend_port
         port, admin_port = free_ports(2)
-        out = os.path.join(w, "%s.out" % name)
+        label = name + ("-tls" if tls else "")      # its files in the work directory
+        out = os.path.join(w, "%s.out" % label)
+        client = self.tls_client if tls else None
+        files = self.tls_files
         if name in ("nginx", "nginx-log"):
-            cfg = render("nginx-proxy.conf", os.path.join(w, "%s.conf" % name), WORKDIR=w,
-                         PORT=port, BACKEND_PORT=backend_port)
+            if tls:
+                cfg = render("nginx-proxy-tls.conf", os.path.join(w, "%s.conf" % label), WORKDIR=w,
+                             NAME=label, PORT=port, BACKEND_PORT=backend_port,
+                             CERT_FILE=files.cert, KEY_FILE=files.key)
+            else:
+                cfg = render("nginx-proxy.conf", os.path.join(w, "%s.conf" % label), WORKDIR=w,
+                             PORT=port, BACKEND_PORT=backend_port)
             if name == "nginx-log":
                 with open(cfg) as f:
                     text = f.read()
                 with open(cfg, "w") as f:
-                    f.write(text.replace("access_log off;", "access_log %s;" % os.path.join(w, "nginx-access.log")))
-            proc = self.sup.spawn(name, [find_tool("nginx"), "-p", w, "-e", os.path.join(
-                w, "%s.error.log" % name), "-c", cfg], out, cpu=self.proxy_cpu)
-            wait_ready(proc, port, EQ_PATH, "nginx proxy", out)
-            return Target(name, port, proc, self._nginx_worker(proc, "nginx proxy"))
+                    f.write(text.replace("access_log off;", "access_log %s;"
+                                         % os.path.join(w, "%s-access.log" % label)))
+            proc = self.sup.spawn(label, [find_tool("nginx"), "-p", w, "-e", os.path.join(
+                w, "%s.error.log" % label), "-c", cfg], out, cpu=self.proxy_cpu)
+            wait_ready(proc, port, EQ_PATH, "nginx proxy", out, tls=client)
+            return Target(name, port, proc, self._nginx_worker(proc, "nginx proxy"), tls=tls)
         if name == "haproxy":
-            cfg = render("haproxy.cfg", os.path.join(w, "haproxy.cfg"), PORT=port,
-                         BACKEND_PORT=backend_port)
-            proc = self.sup.spawn(name, [find_tool("haproxy"), "-db", "-f", cfg], out,
+            if tls:
+                cfg = render("haproxy-tls.cfg", os.path.join(w, "%s.cfg" % label), PORT=port,
+                             BACKEND_PORT=backend_port, CERT_AND_KEY_FILE=files.cert_and_key)
+            else:
+                cfg = render("haproxy.cfg", os.path.join(w, "%s.cfg" % label), PORT=port,
+                             BACKEND_PORT=backend_port)
+            proc = self.sup.spawn(label, [find_tool("haproxy"), "-db", "-f", cfg], out,
                                   cpu=self.proxy_cpu)
-            wait_ready(proc, port, EQ_PATH, "haproxy", out)
-            return Target(name, port, proc, proc.pid)
+            wait_ready(proc, port, EQ_PATH, "haproxy", out, tls=client)
+            return Target(name, port, proc, proc.pid, tls=tls)
         routes = "\n".join("  - name: f%d\n    prefix: /f%d" % (i, i)
                            for i in range(self.args.fences))
         # Its own directory: fencing-proxy watches the route file's directory for reloads, and
         # the logs and probes written to the work directory would wake that watcher.
-        cfg_dir = os.path.join(w, "%s-config" % name)
+        cfg_dir = os.path.join(w, "%s-config" % label)
         os.makedirs(cfg_dir, exist_ok=True)
-        state_dir = os.path.join(self.state_dir, name)
+        state_dir = os.path.join(self.state_dir, label)
         os.makedirs(state_dir, exist_ok=True)
         cfg = render("fencing-proxy.yaml", os.path.join(cfg_dir, "fencing-proxy.yaml"),
                      PORT=port, ADMIN_PORT=admin_port, BACKEND_PORT=backend_port,
                      STATE_DIR=state_dir, FENCE_ROUTES=routes)
+        if tls:
+            # The same file with configs/fencing-proxy-tls.yaml's `tls` block after `listen`.
+            block = render("fencing-proxy-tls.yaml", os.path.join(w, "%s-block.yaml" % label),
+                           CERT_FILE=files.cert, KEY_FILE=files.key)
+            with open(block) as f:
+                tls_yaml = "".join(line for line in f if not line.startswith("#"))
+            with open(cfg) as f:
+                text = f.read()
+            text, n = re.subn(r"(?m)^(listen: .*\n)", lambda m: m.group(1) + tls_yaml, text, count=1)
+            if n != 1:
+                raise BenchError("configs/fencing-proxy.yaml: no `listen:` line to put `tls` after")
+            with open(cfg, "w") as f:
+                f.write(text)
         if name.startswith("fencing-proxy-log"):
             with open(cfg) as f:
                 text = f.read()
             with open(cfg, "w") as f:
                 f.write(text.replace("access_log: false", "access_log: true"))
         if name == "fencing-proxy-log-pipe":
-            out = os.path.join(w, "%s.fifo" % name)
+            out = os.path.join(w, "%s.fifo" % label)
             if not os.path.exists(out):
                 os.mkfifo(out)
-            self.sup.spawn(name + "-drain", ["sh", "-c", 'exec cat "$0" >/dev/null', out],
-                           os.path.join(w, "%s-drain.out" % name), cpu=self.load_cpu)
+            self.sup.spawn(label + "-drain", ["sh", "-c", 'exec cat "$0" >/dev/null', out],
+                           os.path.join(w, "%s-drain.out" % label), cpu=self.load_cpu)
         binary = self.args.base_binary if name == "fencing-proxy-base" else self.args.binary
-        proc = self.sup.spawn(name, [binary, "--config", cfg], out, cpu=self.proxy_cpu)
+        proc = self.sup.spawn(label, [binary, "--config", cfg], out, cpu=self.proxy_cpu)
         wait_ready(proc, admin_port, "/readyz", "fencing-proxy (admin /readyz)", out)
-        wait_ready(proc, port, EQ_PATH, "fencing-proxy", out)
-        return Target(name, port, proc, proc.pid, admin_port=admin_port)
+        wait_ready(proc, port, EQ_PATH, "fencing-proxy", out, tls=client)
+        return Target(name, port, proc, proc.pid, admin_port=admin_port, tls=tls)
 
-    def restart_target(self, name):
-        old = self.targets[name]
+    def restart_target(self, name, tls=False):
+        group = self.tls_targets if tls else self.targets
+        old = group[name]
         code = self.sup.stop(old.proc)
         if code not in (0, -signal.SIGTERM):
-            log("warning: %s exited with %s when stopped" % (name, code))
-        self.targets[name] = self.start_target(name)
-        return self.targets[name]
+            log("warning: %s%s exited with %s when stopped" % (name, " (TLS)" if tls else "", code))
+        group[name] = self.start_target(name, tls=tls)
+        return group[name]
 
     def _nginx_worker(self, master, what):
         deadline = time.monotonic() + PROC_TIMEOUT
@@ -596,8 +788,9 @@ class Bench:
         raise BenchError("%s: no worker process under master %d" % (what, master.pid))
 
     def check_alive(self):
-        for name, proc in [("backend", self.backend)] + [(t.name, t.proc)
-                                                         for t in self.targets.values()]:
+        for name, proc in [("backend", self.backend)] + [
+                (t.name + (" (TLS)" if t.tls else ""), t.proc)
+                for t in list(self.targets.values()) + list(self.tls_targets.values())]:
             if proc.poll() is not None:
                 raise BenchError("%s exited (status %s) during the benchmark; logs in %s"
                                  % (name, proc.returncode, self.workdir))
@@ -623,6 +816,17 @@ class Bench:
         env.update(env_extra or {})
         # No taskset here: this script is already pinned to the load core, and wrk inherits it.
         proc = self.sup.spawn("wrk", argv, out, env=env)
+        return proc, out, seconds
+
+    def handshakes_start(self, target, seconds, resume, tag=""):
+        """bench/tls_handshakes.py against a TLS target: a handle for wrk_finish (it prints a
+        BENCH_RESULT line as our wrk scripts do)."""
+        self.run_no += 1
+        out = os.path.join(self.workdir, "runs", "%04d-%s-%s.txt" % (self.run_no, target.name, tag))
+        argv = [sys.executable, os.path.join(HERE, "tls_handshakes.py"), "--port", str(target.port),
+                "--cafile", self.tls_files.cert, "--path", EQ_PATH, "--seconds", "%g" % seconds,
+                "--clients", str(self.args.tls_clients)] + (["--resume"] if resume else [])
+        proc = self.sup.spawn("tls_handshakes", argv, out)    # on the load core, as wrk
         return proc, out, seconds
 
     def wrk_finish(self, handle, stop_marker=False):
@@ -682,6 +886,11 @@ class Bench:
             main = self.wrk_start(t, "raise_keys.lua", n, n, seconds,
                                   [self.raise_runs * TOKEN_STRIDE, self.args.keys,
                                    RAISE_KEYS_PREFIX, n], tag=workload)
+        elif workload == "tls_put_equal":
+            main = self.wrk_start(t, "put_equal.lua", 1, conns, seconds, [EQUAL_TOKEN, EQ_PATH],
+                                  tag=workload)
+        elif workload in ("tls_handshake", "tls_resume"):
+            main = self.handshakes_start(t, seconds, workload == "tls_resume", tag=workload)
         else:
             raise BenchError("unknown workload %s" % workload)
         r = self.wrk_finish(main)
@@ -700,7 +909,11 @@ class Bench:
             "backend_cpu_us_per_req": (round((bticks1 - bticks0) * 1e6 / CLK_TCK / total, 2)
                                        if total else None),
             "vmhwm_kib": vm.get("VmHWM"), "vmrss_kib": vm.get("VmRSS"), "wrk_output": r["output"],
+            "cpu_busy": (round((ticks1 - ticks0) / CLK_TCK / r["seconds"], 3)
+                         if r["seconds"] else None),
         }
+        if "tls" in r:      # bench/tls_handshakes.py: what the connections negotiated
+            run["tls"] = r["tls"]
         if s:
             run["side"] = {k: s[k] for k in ("requests", "latency_us", "errors", "non2xx",
                                              "first_non2xx", "socket_errors")}
@@ -730,6 +943,16 @@ class Bench:
     @staticmethod
     def problems(run, side):
         out = []
+        tls = run.get("tls")
+        if tls:
+            out += ["TLS client: %s" % e for e in tls.get("setup_errors", [])]
+            if run["workload"] == "tls_resume" and tls["resumed"] != run["requests"]:
+                out.append("only %d of %d connections resumed their session"
+                           % (tls["resumed"], run["requests"]))
+            if run["workload"] == "tls_handshake" and tls["resumed"]:
+                out.append("%d connections resumed a session (none was offered)" % tls["resumed"])
+            if run["socket_errors"] and tls.get("first_error"):
+                out.append("first TLS client error: %s" % tls["first_error"])
         for label, r in (("", run), ("side load: ", side)):
             if r is None:
                 continue
@@ -798,7 +1021,8 @@ class Bench:
                 "socket_errors": r["socket_errors"], "non2xx": r["non2xx"] + r["errors"]["status"]}
 
     def idle_test(self, t, n):
-        """n keep-alive connections, each used for one GET (one at a time), then held idle."""
+        """n keep-alive connections, each used for one GET (one at a time), then held idle. To a
+        TLS target: each a full handshake first (no session is offered)."""
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < n + 256:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 256), hard))
@@ -813,6 +1037,8 @@ class Bench:
                     raise BenchError("idle test: opening %d connections took over 120 s" % n)
                 s = socket.create_connection(("127.0.0.1", t.port), timeout=5)
                 socks.append(s)
+                if t.tls:
+                    s = socks[-1] = self.tls_client.wrap_socket(s, server_hostname="127.0.0.1")
                 s.sendall(request)
                 buf = b""
                 while b"\r\n\r\n" not in buf:
@@ -841,12 +1067,14 @@ class Bench:
                 try:
                     if s.recv(1) == b"":
                         closed += 1
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError):
                     pass
+                except (ssl.SSLError, OSError):
+                    closed += 1
         finally:
             for s in socks:
                 s.close()
-        return {"target": t.name, "connections": n, "rss_before_kib": before,
+        return {"target": t.name, "tls": t.tls, "connections": n, "rss_before_kib": before,
                 "rss_after_kib": vm["VmRSS"], "closed_by_server": closed,
                 "bytes_per_conn": round((vm["VmRSS"] - before) * 1024 / n, 1)}
 
@@ -854,18 +1082,25 @@ class Bench:
 
     def run(self):
         a = self.args
+        timed = [w for w in a.workloads if w not in AFTER_ROUNDS]
         if not a.smoke and a.warmup > 0:
-            for t in self.targets.values():
-                for script, sargs in (("get.lua", [EQ_PATH]),
-                                      ("put_equal.lua", [EQUAL_TOKEN, EQ_PATH])):
-                    self.wrk_finish(self.wrk_start(t, script, 1, a.connections, a.warmup, sargs,
-                                                   tag="warmup"))
+            warm = []
+            if any(w in PLAIN_WORKLOADS for w in timed):
+                warm += [(t, script, sargs) for t in self.targets.values()
+                         for script, sargs in (("get.lua", [EQ_PATH]),
+                                               ("put_equal.lua", [EQUAL_TOKEN, EQ_PATH]))]
+            if any(w in TLS_WORKLOADS for w in timed):
+                warm += [(t, "put_equal.lua", [EQUAL_TOKEN, EQ_PATH]) for t in self.tls_targets.values()]
+            for t, script, sargs in warm:
+                self.wrk_finish(self.wrk_start(t, script, 1, a.connections, a.warmup, sargs,
+                                               tag="warmup"))
         for rnd in range(a.rounds):
             log("[round %d/%d] load average %.2f" % (rnd + 1, a.rounds, os.getloadavg()[0]))
-            for w in a.workloads:
+            for w in timed:
                 for name in self.order(rnd):
                     self.check_alive()
-                    r = self.measure(rnd, w, self.targets[name], a.seconds)
+                    t = (self.tls_targets if w in TLS_WORKLOADS else self.targets)[name]
+                    r = self.measure(rnd, w, t, a.seconds)
                     extra = ""
                     if r.get("syncs_per_raise") is not None:
                         extra = "  syncs/raise %.3f (%.2f ms each)" % (r["syncs_per_raise"],
@@ -875,6 +1110,9 @@ class Bench:
                                                                 r["ratio_to_fsync"])
                     if "side" in r:
                         extra += "  side p99 %.2f ms" % (r["side"]["latency_us"]["p99"] / 1000)
+                    if "tls" in r:
+                        extra += "  resumed %d  proxy CPU busy %.0f%%" % (
+                            r["tls"]["resumed"], 100 * (r["cpu_busy"] or 0))
                     log("  %-12s %-13s %9.0f req/s  p50 %6.2f  p99 %6.2f  p99.9 %6.2f ms  "
                         "cpu %6.1f us/req%s%s"
                         % (w, name, r["rps"], r["latency_us"]["p50"] / 1000,
@@ -892,20 +1130,23 @@ class Bench:
         # So each idle test gets a fresh process, warmed up by one second of GETs on 32
         # connections first (pools and lazily made structures exist, as in a sidecar that has
         # served traffic).
-        for i in range(a.idle_rounds):
-            for name in self.order(i):
-                self.check_alive()
-                t = self.restart_target(name)
-                self.wrk_finish(self.wrk_start(t, "get.lua", 1, a.connections, 1.0, [EQ_PATH],
-                                               tag="idle-warmup"))
-                res = self.idle_test(t, a.idle_conns)
-                res["round"] = i
-                self.idle.append(res)
-                log("  idle     %-13s %d conns: %+.0f bytes/conn (RSS %d -> %d KiB)%s"
-                    % (name, res["connections"], res["bytes_per_conn"], res["rss_before_kib"],
-                       res["rss_after_kib"],
-                       "  %d closed by the server" % res["closed_by_server"]
-                       if res["closed_by_server"] else ""))
+        # The TLS targets the same way (tls_idle), with TLS connections.
+        kinds = [False] + ([True] if "tls_idle" in a.workloads else [])
+        for tls in kinds:
+            for i in range(a.idle_rounds):
+                for name in self.order(i):
+                    self.check_alive()
+                    t = self.restart_target(name, tls=tls)
+                    self.wrk_finish(self.wrk_start(t, "get.lua", 1, a.connections, 1.0, [EQ_PATH],
+                                                   tag="idle-warmup"))
+                    res = self.idle_test(t, a.idle_conns)
+                    res["round"] = i
+                    self.idle.append(res)
+                    log("  idle%s %-13s %d conns: %+.0f bytes/conn (RSS %d -> %d KiB)%s"
+                        % (" TLS" if tls else "    ", name, res["connections"],
+                           res["bytes_per_conn"], res["rss_before_kib"], res["rss_after_kib"],
+                           "  %d closed by the server" % res["closed_by_server"]
+                           if res["closed_by_server"] else ""))
         self.check_alive()
 
 
@@ -967,6 +1208,23 @@ def summarize(bench):
                                           for k, r in rounds.items() if k in unkeyed])
             s["vs_unkeyed_p99"] = median([ratio(lat(r, "p99"), lat(unkeyed[k], "p99"))
                                           for k, r in rounds.items() if k in unkeyed])
+        if w == "tls_put_equal":
+            # The same request over TLS ÷ in the clear, same target, same round (with
+            # --workloads all): what TLS costs each target per request.
+            plain = by.get(("put_equal", t), {})
+            s["vs_plain_rps"] = median([ratio(r["rps"], plain[k]["rps"])
+                                        for k, r in rounds.items() if k in plain])
+            s["vs_plain_cpu"] = median([ratio(r["cpu_us_per_req"], plain[k]["cpu_us_per_req"])
+                                        for k, r in rounds.items() if k in plain])
+        if w in ("tls_handshake", "tls_resume"):
+            s["resumed"] = sum(r["tls"]["resumed"] for r in rs)
+            s["cpu_busy"] = median([r.get("cpu_busy") for r in rs])
+            for key in ("versions", "ciphers", "alpn"):
+                seen = {}
+                for r in rs:
+                    for name, n in r["tls"][key].items():
+                        seen[name] = seen.get(name, 0) + n
+                s[key] = seen
         if w == "raise_fences":
             alone = by.get(("put_paced", t), {})
             s["side_p99_us"] = median([r["side"]["latency_us"]["p99"] for r in rs])
@@ -975,13 +1233,18 @@ def summarize(bench):
                                                    alone[k]["latency_us"]["p99"])
                                              for k, r in rounds.items() if k in alone])
         summary.setdefault(w, {})[t] = s
-    idle = {}
+    idle, idle_tls = {}, {}
     for t in {i["target"] for i in bench.idle}:
-        idle[t] = median([i["bytes_per_conn"] for i in bench.idle if i["target"] == t])
+        idle[t] = median([i["bytes_per_conn"] for i in bench.idle
+                          if i["target"] == t and not i.get("tls")])
+        idle_tls[t] = median([i["bytes_per_conn"] for i in bench.idle
+                              if i["target"] == t and i.get("tls")])
     probes = [f["syncs_per_s"] for f in bench.fsync]
     return {"workloads": summary, "fsync_per_s": median(probes),
             "fsync_range": [min(probes), max(probes)] if probes else None,
-            "idle_bytes_per_conn": idle,
+            "idle_bytes_per_conn": {t: v for t, v in idle.items() if v is not None},
+            "idle_tls_bytes_per_conn": {t: v for t, v in idle_tls.items() if v is not None},
+            "tls_negotiated": {t: describe_tls(c) for t, c in bench.tls_checks.items()},
             "syscalls_per_request": {t: v.get("per_request") for t, v in bench.syscalls.items()}}
 
 
@@ -1099,6 +1362,8 @@ def table(summary, targets, workloads):
              "p99 × nginx | CPU µs/req | CPU × nginx | peak RSS MiB | errors |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in workloads:
+        if w in AFTER_ROUNDS:
+            continue
         for t in targets:
             s = W.get(w, {}).get(t)
             if not s:
@@ -1144,10 +1409,46 @@ def table(summary, targets, workloads):
     if sc:
         extra.append("- syscalls per proxied request (strace -c, equal-token PUT): " + ", ".join(
             "%s %s" % (t, num(sc.get(t), "%.2f")) for t in targets if t in sc))
-    idle = summary["idle_bytes_per_conn"]
+    idle, idle_tls = summary["idle_bytes_per_conn"], summary.get("idle_tls_bytes_per_conn") or {}
     if idle:
         extra.append("- memory per idle keep-alive connection (ΔRSS / N): " + ", ".join(
             "%s %s B" % (t, num(idle.get(t), "%.0f")) for t in targets if t in idle))
+    if idle_tls:
+        extra.append("- memory per idle TLS keep-alive connection (ΔRSS / N, a full handshake "
+                     "and one GET each): " + ", ".join(
+                         "%s %s B (plain %s B)" % (t, num(idle_tls.get(t), "%.0f"),
+                                                   num(idle.get(t), "%.0f"))
+                         for t in targets if t in idle_tls))
+    for w, what in (("tls_handshake", "full handshakes"), ("tls_resume", "resumed sessions")):
+        s = W.get(w, {})
+        if s:
+            # The clients' side of a handshake costs more CPU than the server's: they, on the
+            # load core, set the rate, so the proxy's CPU per connection is the figure to compare.
+            extra.append("- TLS connection per GET, %s: the proxy's core busy (median) %s; "
+                         "connections/s one proxy core would make at its CPU µs/conn: %s; "
+                         "resumed %s" % (what, ", ".join(
+                             "%s %s%%" % (t, num(None if s[t]["cpu_busy"] is None
+                                                 else 100 * s[t]["cpu_busy"], "%.0f"))
+                             for t in targets if t in s), ", ".join(
+                             "%s %s" % (t, num(1e6 / s[t]["cpu_us_per_req"]
+                                               if s[t]["cpu_us_per_req"] else None, "%.0f"))
+                             for t in targets if t in s), ", ".join(
+                             "%s %d of %d" % (t, s[t]["resumed"], s[t]["requests"])
+                             for t in targets if t in s)))
+    s = W.get("tls_put_equal", {})
+    if any(s[t].get("vs_plain_rps") is not None for t in s):
+        extra.append("- equal-token PUT over TLS ÷ in the clear (same target, same round, "
+                     "median): " + ", ".join(
+                         "%s req/s %s×, CPU %s×" % (t, num(s[t].get("vs_plain_rps"), "%.3f"),
+                                                     num(s[t].get("vs_plain_cpu"), "%.3f"))
+                         for t in targets if t in s))
+    neg = summary.get("tls_negotiated") or {}
+    if neg:
+        same = len(set(neg.values())) == 1
+        extra.append("- TLS negotiated (openssl s_client, once per target at start)%s" % (
+            ", the same on every target: " + next(iter(neg.values())) if same else
+            ", NOT the same on every target: " + "; ".join(
+                "%s: %s" % (t, neg[t]) for t in targets if t in neg)))
     return "\n".join(lines), "\n".join(extra)
 
 
@@ -1169,14 +1470,18 @@ def parse_args(argv):
                    default=os.path.join(REPO, "build", "proxy", "fencing-proxy"),
                    help="the fencing-proxy binary (default: build/proxy/fencing-proxy)")
     p.add_argument("--smoke", action="store_true",
-                   help="one short round of every workload; exit 1 on any non-2xx/socket error")
+                   help="one short round of the plain workloads and of %s (unless --workloads "
+                   "is given); exit 1 on any non-2xx/socket error" % ", ".join(SMOKE_TLS))
     p.add_argument("--rounds", type=int, help="rounds per workload (default 9; smoke 1)")
     p.add_argument("--seconds", type=float, help="seconds per run (default 8; smoke 1)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target")
     p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ", ".join(ALL_TARGETS))
     p.add_argument("--base-binary", help="the build before a change, run as target fencing-proxy-base")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma list of " + ", ".join(WORKLOADS))
+    p.add_argument("--workloads",
+                   help="comma list of groups (plain, tls, all) and workloads (%s); default plain"
+                   % ", ".join(WORKLOADS))
+    p.add_argument("--tls-clients", type=int, default=TLS_CLIENTS,
+                   help="client processes of tls_handshake and tls_resume (default %d)" % TLS_CLIENTS)
     p.add_argument("--connections", type=int, default=32, help="connections for get/put_equal")
     p.add_argument("--fences", type=int, default=32, help="fences (and connections) for raise_fences")
     p.add_argument("--keys", type=int, default=10000, help="keys of the one fence raise_keys raises")
@@ -1206,19 +1511,31 @@ def parse_args(argv):
     a.fsync_seconds = a.fsync_seconds if a.fsync_seconds is not None else (0.5 if smoke else 2.0)
     a.check_status = a.check_status or smoke
     a.targets = [t.strip() for t in a.targets.split(",") if t.strip()]
-    a.workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
     for t in a.targets:
         if t not in ALL_TARGETS:
             p.error("unknown target %r" % t)
-    for w in a.workloads:
-        if w not in WORKLOADS:
-            p.error("unknown workload %r" % w)
+    if a.workloads is None:
+        names = list(PLAIN_WORKLOADS) + (list(SMOKE_TLS) if smoke else [])
+    else:
+        names = []
+        for w in (w.strip() for w in a.workloads.split(",")):
+            if w in WORKLOAD_GROUPS:
+                names += WORKLOAD_GROUPS[w]
+            elif w in WORKLOADS:
+                names.append(w)
+            elif w:
+                p.error("unknown workload %r (groups: %s)" % (w, ", ".join(WORKLOAD_GROUPS)))
+    a.workloads = list(dict.fromkeys(names))        # in order, each once
     if "raise_fences" in a.workloads and "put_paced" not in a.workloads:
         a.workloads.append("put_paced")     # the side load's baseline
     if "put_keyed" in a.workloads and "put_equal" not in a.workloads:
         a.workloads.insert(a.workloads.index("put_keyed"), "put_equal")   # its baseline
     if a.rounds < 1 or a.seconds <= 0 or a.connections < 1 or a.fences < 1 or a.idle_conns < 1:
         p.error("rounds, seconds, connections, fences and idle-conns must be positive")
+    if not a.workloads:
+        p.error("no workload chosen")
+    if a.tls_clients < 1:
+        p.error("--tls-clients must be positive")
     if a.key_conns < 1 or a.keys < a.key_conns:
         p.error("--key-conns must be positive and --keys at least --key-conns")
     a.binary = os.path.abspath(a.binary)
@@ -1247,6 +1564,7 @@ def main(argv):
             "haproxy": version_of([find_tool("haproxy"), "-v"]),
             "wrk": version_of([find_tool("wrk"), "-v"]),
             "strace": version_of([find_tool("strace"), "-V"]),
+            "openssl": version_of([find_tool("openssl"), "version"]),
             "fencing-proxy": (version_of([args.binary, "--version"])
                               if "fencing-proxy" in args.targets else None),
         },
@@ -1254,12 +1572,15 @@ def main(argv):
     }
     bench = Bench(args, sup, workdir)
     env_info["pinning"] = {"wrk": bench.load_cpu, "proxies_and_backend": bench.proxy_cpu}
-    n_runs = len(args.workloads) * len(args.targets) * args.rounds
+    timed = [w for w in args.workloads if w not in AFTER_ROUNDS]
+    n_runs = len(timed) * len(args.targets) * args.rounds
+    idle_kinds = 2 if "tls_idle" in args.workloads else 1
     log("fencing-proxy bench: %s; %d rounds × %d workloads × %d targets × %gs (about %.0f min); "
         "load average %s; workdir %s"
-        % (env_info["versions"]["fencing-proxy"], args.rounds, len(args.workloads),
+        % (env_info["versions"]["fencing-proxy"], args.rounds, len(timed),
            len(args.targets), args.seconds,
-           (n_runs * (args.seconds + 0.4) + 2 * args.rounds * args.fsync_seconds) / 60 + 1,
+           (n_runs * (args.seconds + 0.6) + 2 * args.rounds * args.fsync_seconds
+            + idle_kinds * args.idle_rounds * len(args.targets) * 7) / 60 + 1,
            env_info["load_average_start"], workdir))
     failure = None
     try:
@@ -1282,6 +1603,7 @@ def main(argv):
     gktable = goals_table(gk)
     problems = [dict(round=r["round"], workload=r["workload"], target=r["target"],
                      problems=r["problems"]) for r in bench.runs if r["problems"]]
+    problems += [{"workload": "tls check", "target": "-", "problems": [p]} for p in bench.tls_problems]
     for t, v in bench.syscalls.items():
         if v.get("socket_errors") or v.get("non2xx"):
             problems.append({"workload": "strace put_equal", "target": t,
@@ -1311,7 +1633,7 @@ def main(argv):
            "goals": [{"goal": g, "measured": m, "met": met} for g, m, met in gs],
            "goals_keys": [{"goal": g, "measured": m, "met": met} for g, m, met in gk],
            "problems": problems, "fsync_rounds": bench.fsync, "syscalls": bench.syscalls,
-           "idle": bench.idle, "runs": bench.runs,
+           "idle": bench.idle, "tls_checks": bench.tls_checks, "runs": bench.runs,
            "markdown": main_table + "\n\n" + extra + "\n\n" + gtable + "\n\n" + gktable}
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
@@ -1324,7 +1646,10 @@ def main(argv):
         shutil.rmtree(workdir, ignore_errors=True)
 
     missing = [(w, t) for w in args.workloads for t in targets
-               if t not in summary["workloads"].get(w, {})]
+               if w not in AFTER_ROUNDS and t not in summary["workloads"].get(w, {})]
+    if "tls_idle" in args.workloads and args.idle_rounds > 0:
+        missing += [("tls_idle", t) for t in targets
+                    if t not in summary["idle_tls_bytes_per_conn"]]
     if failure or problems or missing:
         if missing and not failure:
             log("FAIL: no result for %s" % missing)
