@@ -5,7 +5,7 @@
 #include "http/header_rewrite.h"
 #include "http/raw_head.h"
 #include "lockservice/raise_verifier.h"
-#include "server/raise_wait.h"
+#include "server/admission.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -34,8 +34,6 @@ using io::kTuple;
 // a larger one closes the connection instead of being read.
 constexpr uint64_t kDiscardLimit = 64 * 1024;
 constexpr size_t kFirstReadSize = 4 * 1024;
-// How often a raise's request past its deadline asks its fence again (Session::WaitForRaise).
-constexpr auto kHeldRecheck = std::chrono::milliseconds(100);
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 bool ExpectsContinue(const RequestHead& head) {
@@ -64,39 +62,6 @@ struct ExactAllocator {
     return true;
   }
 };
-
-// Releases a fence admission and the in-flight gauge on every way out of an exchange.
-class AdmissionGuard {
- public:
-  AdmissionGuard(Fence* fence, const RouteMetrics& metrics) : fence_(fence), metrics_(metrics) {
-    metrics_.inflight->Increment();
-  }
-  ~AdmissionGuard() {
-    metrics_.inflight->Decrement();
-    if (fence_) fence_->Release();
-  }
-  AdmissionGuard(const AdmissionGuard&) = delete;
-  AdmissionGuard& operator=(const AdmissionGuard&) = delete;
-
- private:
-  Fence* fence_;
-  const RouteMetrics& metrics_;
-};
-
-// The fence a fenced request asks: the route's, or (keyed route) its key's, made if new and
-// pinned for the request. A key the fence cannot take (a new one at max_keys, or an unknown one
-// below the floor) is decided here like any other refusal.
-// On a verified route a key is made only once the token is confirmed (verified): an unconfirmed
-// client must neither fill the key table (max_keys) nor set a new key's first max. Returns no
-// fence, and leaves the plan as it was, for a new key it may not make yet.
-FenceRef AcquireFence(RequestPlan& plan, bool verified) {
-  if (plan.action != RequestPlan::Action::kFence) return {};
-  const RouteRuntime& route = *plan.route;
-  if (!route.keys) return FenceRef(route.fence);
-  KeyLookup found = route.keys->Acquire(plan.key, plan.token, verified || !route.verifier);
-  if (!found.fence && !found.unknown) ApplyAdmission(plan, found.refusal, found.max_token);
-  return std::move(found.fence);
-}
 
 }  // namespace
 
@@ -374,27 +339,10 @@ io::Awaitable<bool> Session::ServeOne() {
 
   Fence* admitted = nullptr;
   if (plan.action == RequestPlan::Action::kFence) {
-    // Most requests carry the current max: decided here, without a waiter or a coroutine.
-    AdmitResult result = fence->AdmitWithoutWaiting(plan.token, plan.route->config->max_token_jump);
-    uint64_t max_token = result.max_token;
-    Admission admission = result.admission;
-    // A raise on a verified route is confirmed before it can become pending (so before it can
-    // hold anyone up); joining a pending raise, which was confirmed, is not a raise.
-    if (!verified && NeedsVerification(plan, result)) {
-      verified = co_await VerifyToken(plan);
-    }
-    if (plan.action == RequestPlan::Action::kFence) {
-      if (admission == Admission::kWaiting) {
-        // The sweep leaves the session alone meanwhile.
-        SetDeadline(Clock::now() + config.RaiseWait() + config.HeldWait());
-        admission = co_await WaitForRaise(*fence, plan.token, plan.route->config->max_token_jump, &max_token,
-                                          config.RaiseWait(), config.HeldWait());
-        // Given up waiting: with the shared store, that store could not promise the order in time.
-        if (admission == Admission::kWaiting && config.fence_store) admission = Admission::kUnavailable;
-      }
-      if (admission == Admission::kAdmitted) admitted = fence.get();
-      ApplyAdmission(plan, admission, max_token);
-    }
+    // The sweep leaves the session alone while it waits for a raise.
+    const AdmitContext admit{stream_.get_executor(), worker_.raise_inbox(), config,
+                             [this](Clock::time_point until) { SetDeadline(until); }};
+    admitted = co_await Admit(admit, plan, *fence, verified);
   }
   if (plan.action == RequestPlan::Action::kReject) {
     metrics.Count(plan.outcome);
@@ -496,42 +444,6 @@ io::Awaitable<std::optional<Problem>> Session::ReadHead(const ProxyConfig& confi
   buffer_->consume(head_length);
   *parsed = true;
   co_return std::nullopt;
-}
-
-io::Awaitable<Admission> Session::WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump,
-                                               uint64_t* max_token, std::chrono::milliseconds deadline,
-                                               std::chrono::milliseconds held_wait) {
-  auto wait = std::make_shared<RaiseWait>(stream_.get_executor(), worker_.raise_inbox());
-  AdmitResult result = fence.Admit(token, *wait, max_jump);
-  *max_token = result.max_token;
-  if (result.admission != Admission::kWaiting) co_return result.admission;
-
-  // Resolved already if the raise was settled on this thread while Admit ran (a persister
-  // that answers at once): a waiter resolved on its own thread is resolved in place.
-  if (!wait->resolved()) wait->timer().expires_after(deadline);
-  // Past the deadline, a request whose raise committed as this proxy's membership lapsed is
-  // held until the membership is renewed (fence.h): asked again until held_wait has passed too.
-  const auto last_word = Clock::now() + deadline + held_wait;
-  while (!wait->resolved()) {
-    co_await wait->timer().async_wait(kTuple);
-    if (wait->resolved()) break;
-    if (fence.Abandon(*wait, Clock::now() >= last_word)) {
-      *max_token = result.max_token;
-      co_return Admission::kWaiting;  // gave up: no admission is held
-    }
-    // The resolution is on its way to this thread, or the store or the gate has it.
-    wait->timer().expires_after(kHeldRecheck);
-  }
-  *max_token = wait->max_token();
-  co_return wait->admission();
-}
-
-io::Awaitable<bool> Session::VerifyToken(RequestPlan& plan) {
-  const RouteRuntime& route = *plan.route;
-  const std::string lock = route.config->verify.LockFor(plan.key);
-  Verification verification = co_await VerifyRaise(*route.verifier, lock, plan.token);
-  ApplyVerification(plan, verification, route.verifier->name(), lock);
-  co_return verification.verdict == Verdict::kVerified;
 }
 
 io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& head, const RequestPlan& plan,

@@ -74,13 +74,6 @@ class Session : public IntrusiveListNode<Session> {
   // problem to answer with when the head is refused; nullopt, and *parsed false, when the client
   // went away or stalled.
   io::Awaitable<std::optional<Problem>> ReadHead(const ProxyConfig& config, RequestHead& head, bool* parsed);
-  // Admits a token that has to wait (Fence::AdmitWithoutWaiting said kWaiting), with a waiter
-  // that gives up after deadline (a request held for this proxy's membership: held_wait later).
-  io::Awaitable<Admission> WaitForRaise(Fence& fence, uint64_t token, uint64_t max_jump, uint64_t* max_token,
-                                        std::chrono::milliseconds deadline, std::chrono::milliseconds held_wait);
-  // Asks the route's lock service whether plan.token is its lock holder's (a raise on a
-  // verified route). Not confirmed: plan becomes a reject (or an observed forward).
-  io::Awaitable<bool> VerifyToken(RequestPlan& plan);
   // Reads the body of an admitted-to-be request: all of it when it fits `keep`. Returns a problem
   // (400, 408, 413) or nullopt; *gone when the client went away (nothing to answer).
   io::Awaitable<std::optional<Problem>> ReadBody(RequestBody& body, size_t keep, bool* gone);
