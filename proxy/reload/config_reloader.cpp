@@ -4,9 +4,11 @@
 #include "common/log.h"
 #include "config/keys.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 namespace fencing {
 namespace {
@@ -16,6 +18,29 @@ std::string ReadAll(const std::string& path) {
   std::ostringstream content;
   content << in.rdbuf();
   return in ? content.str() : std::string();
+}
+
+// The backend's TLS files the configuration names: a new certificate from cert-manager reloads
+// the backend's TLS as a change of the route file does (new connections use it; pooled ones made
+// with the old settings are closed, not reused).
+std::vector<std::string> BackendTlsFiles(const ProxyConfig& config) {
+  std::vector<std::string> files;
+  for (const std::string* file : {&config.backend_tls.ca_file, &config.backend_tls.cert_file, &config.backend_tls.key_file}) {
+    if (!file->empty()) files.push_back(*file);
+  }
+  return files;
+}
+
+// What a reload depends on: the route file's bytes, then each backend TLS file's, each with its
+// length (so no two contents run together into the same string).
+std::string Watched(const std::string& path, const ProxyConfig& running) {
+  std::string all = ReadAll(path);
+  all = std::to_string(all.size()) + ":" + all;
+  for (const std::string& file : BackendTlsFiles(running)) {
+    std::string content = ReadAll(file);
+    all += std::to_string(content.size()) + ":" + content;
+  }
+  return all;
 }
 
 double UnixSeconds() {
@@ -70,7 +95,7 @@ std::string RestartOnlyChange(const ProxyConfig& running, const ProxyConfig& loa
 ConfigReloader::ConfigReloader(std::string path, std::shared_ptr<const ProxyConfig> running, Metrics& metrics,
                                Apply apply)
     : path_(std::move(path)), metrics_(metrics), apply_(std::move(apply)), running_(std::move(running)) {
-  last_content_ = ReadAll(path_);
+  last_content_ = Watched(path_, *running_);
   metrics_.config_last_reload_successful().Set(1);
   metrics_.config_last_reload_success_timestamp_seconds().Set(UnixSeconds());
 }
@@ -84,8 +109,9 @@ std::shared_ptr<const ProxyConfig> ConfigReloader::running() const {
 
 bool ConfigReloader::Reload(std::string_view trigger) {
   std::lock_guard lock(mu_);
-  last_content_ = ReadAll(path_);
   ConfigResult loaded = LoadConfigFile(path_);
+  // (a failed load keeps the running files' contents as the reference: a fix to either is a change)
+  last_content_ = Watched(path_, loaded.ok() ? *loaded.config : *running_);
   auto fail = [&](std::string_view why, boost::json::object fields) {
     fields["trigger"] = trigger;
     LogError(why, std::move(fields));
@@ -115,13 +141,21 @@ bool ConfigReloader::Reload(std::string_view trigger) {
 }
 
 bool ConfigReloader::ContentChanged() {
-  std::string content = ReadAll(path_);
   std::lock_guard lock(mu_);
-  return content != last_content_;
+  return Watched(path_, *running_) != last_content_;
 }
 
 void ConfigReloader::StartWatching(std::chrono::milliseconds poll_interval) {
-  watcher_ = std::make_unique<FileWatcher>(std::vector<std::string>{DirectoryOf(path_)}, poll_interval,
+  // The route file's directory and the backend TLS files' (a Secret volume's `..data` swap);
+  // files named only by a later reload are caught by the periodic check.
+  std::vector<std::string> directories{DirectoryOf(path_)};
+  for (const std::string& file : BackendTlsFiles(*running())) {
+    std::string directory = DirectoryOf(file);
+    if (std::find(directories.begin(), directories.end(), directory) == directories.end()) {
+      directories.push_back(std::move(directory));
+    }
+  }
+  watcher_ = std::make_unique<FileWatcher>(std::move(directories), poll_interval,
                                            [this](std::string_view trigger) {
                                              if (ContentChanged()) Reload(trigger);
                                            });

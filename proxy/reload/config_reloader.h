@@ -1,7 +1,8 @@
 #pragma once
 // Reloading the route file: on SIGHUP, when the file's directory changes (a Kubernetes ConfigMap
 // volume swaps a "..data" symlink, which a watch on the file itself would miss), and by a
-// periodic content check as a fallback. A new file is validated completely before it replaces
+// periodic content check as a fallback. The backend's TLS files (backend_tls) count as part of
+// the file: a rotated client certificate or CA reloads too. A new file is validated completely before it replaces
 // the running one; an invalid one is logged with file:line:col and the old routes keep running.
 // Fence state is never touched by a reload.
 
@@ -49,7 +50,7 @@ class ConfigReloader {
   const Apply apply_;
   mutable std::mutex mu_;
   std::shared_ptr<const ProxyConfig> running_;
-  std::string last_content_;  // what the file held at the last load attempt
+  std::string last_content_;  // what the file (and its backend TLS files) held at the last load attempt
   std::unique_ptr<FileWatcher> watcher_;
 };
 

@@ -301,5 +301,22 @@ class BackendTlsTest(ProxyTestCase):
         self.assertEqual([r.target for r in backend.requests()], ["/before", "/kept"])
 
 
+    def test_a_rotated_ca_file_is_a_reload_without_sighup(self):
+        # The CA file swapped in place as a Secret volume swaps it (a new file renamed over the
+        # old), the route file untouched: the proxy sees the change itself, reloads, closes the
+        # pooled connection (verified by the old CA), and the next handshake uses the new file.
+        backend = self.tls_backend()
+        ca_file = os.path.join(self.workdir, "backend-ca.pem")
+        shutil.copyfile(_certs.ca, ca_file)
+        proxy = self.start_proxy(config({"ca_file": ca_file}), backend)
+        self.assert2xx(proxy.request("GET", "/before"))
+        shutil.copyfile(_certs.other_ca, ca_file + ".new")
+        os.rename(ca_file + ".new", ca_file)
+        proxy.metrics_counting("fencing_proxy_config_reloads_total", 1, result="success")
+        self.assertBackendTls(proxy.request("GET", "/after"), "after the CA file changed")
+        self.assertEqual(backend.handshakes(), 1)
+        self.assertEqual([r.target for r in backend.requests()], ["/before"])
+
+
 if __name__ == "__main__":
     unittest.main()

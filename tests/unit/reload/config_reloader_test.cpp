@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <set>
 #include <memory>
@@ -445,6 +449,54 @@ TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {
   }
   EXPECT_EQ(reloader_->running()->routes.size(), 2u);
   reloader_->Stop();
+}
+
+}  // namespace
+}  // namespace fencing
+
+namespace fencing {
+namespace {
+
+// The backend's TLS files are watched with the route file: a rotated CA (or client certificate)
+// with the route file unchanged is a reload, whose Apply builds the backend's TLS from it. The
+// watch is a bound for a hang, not a wait: each step waits for the reload it expects.
+TEST_F(ConfigReloaderTest, WatcherReloadsWhenABackendTlsFileChanges) {
+  const std::string ca = (dir_ / "tls" / "ca.pem").string();
+  std::filesystem::create_directories(dir_ / "tls");
+  WriteBytes(ca, "first CA");
+  WriteBytes(path_, "listen: \"127.0.0.1:18080\"\nadmin_listen: \"127.0.0.1:19901\"\nstate_file: ./fences.log\n"
+                    "backend: \"https://db.internal:8443\"\nbackend_tls: {ca_file: " + ca + "}\n");
+  ConfigResult running = LoadConfigFile(path_);
+  ASSERT_TRUE(running.ok()) << running.errors[0].ToString();
+  std::vector<std::string> seen;  // the CA file's content at each Apply
+  std::mutex mu;
+  Metrics metrics;
+  ConfigReloader reloader(path_, running.config, metrics, [&](std::shared_ptr<const ProxyConfig> c) {
+    std::lock_guard lock(mu);
+    std::ifstream in(c->backend_tls.ca_file);
+    seen.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return Status::Ok();
+  });
+  reloader.StartWatching(std::chrono::milliseconds(20));
+  auto applied = [&] {
+    std::lock_guard lock(mu);
+    return seen;
+  };
+  auto wait_for = [&](size_t n) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (applied().size() < n && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  // A Secret's rotation: the new file written aside and renamed over the old one.
+  WriteBytes(ca + ".new", "second CA");
+  std::filesystem::rename(ca + ".new", ca);
+  wait_for(1);
+  EXPECT_EQ(applied(), std::vector<std::string>{"second CA"});
+  // Unchanged files: no further reload, however often the periodic check looks.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(applied().size(), 1u);
+  reloader.Stop();
 }
 
 }  // namespace
