@@ -127,6 +127,13 @@ std::shared_ptr<const ServerContext> ServerContext::Build(const ListenTlsConfig&
             SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) == 1 &&
             SSL_CTX_set_cipher_list(ctx, kTls12Ciphers) == 1;
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  // The chain sent is cert_file's, as written: without this, OpenSSL builds one at every
+  // handshake from the context's store (a verification of the chain per handshake, and with
+  // client_ca_file it would search the client CAs too).
+  SSL_CTX_set_mode(ctx, SSL_MODE_NO_AUTO_CHAIN);
+  // One TLS 1.3 session ticket after a handshake, as nginx sends (OpenSSL's default is two): a
+  // client resumes with one, and each costs the server an encryption at every full handshake.
+  SSL_CTX_set_num_tickets(ctx, 1);
   SSL_CTX_set_alpn_select_cb(ctx, SelectAlpn, nullptr);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER | SSL_SESS_CACHE_NO_INTERNAL);
   SSL_CTX_set_timeout(ctx, kSessionLifetimeSeconds);
