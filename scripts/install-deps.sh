@@ -18,9 +18,12 @@ packages=(
 # clang's libFuzzer and sanitizer runtimes (tests/fuzz, scripts/test-sanitizers.sh), and the
 # other HTTP/1.1 parsers of the differential oracle (tests/differential: Node's llhttp, Go's
 # net/http, nginx, HAProxy), the openssl command line (tests/integration/test_tls*.py make their
-# certificates with it), and sslscan (tests/integration/test_tls_scan.py scans the TLS listener).
+# certificates with it), sslscan (tests/integration/test_tls_scan.py scans the TLS listener), and
+# a real gRPC backend and clients with an HTTP/2 command-line client (tests/integration/
+# test_grpc.py: python3-grpcio, nghttp and h2load from nghttp2-client).
 test_packages=(
   etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo openssl sslscan
+  python3-grpcio nghttp2-client
   eatmydata fiu-utils slowhttptest
   clang-14 libclang-rt-14-dev llvm-14
   nodejs golang-go nginx haproxy
