@@ -43,3 +43,14 @@ http::response<http::string_body> MakeProblemResponse(const Problem& problem, un
 }
 
 }  // namespace fencing
+
+namespace fencing {
+
+GrpcStatus GrpcStatusOf(const Problem& problem) {
+  for (const ProblemTypeInfo& info : kProblemTypes) {
+    if (info.slug == problem.type) return info.grpc;
+  }
+  return GrpcStatus::kUnknown;
+}
+
+}  // namespace fencing

@@ -93,6 +93,43 @@ Problem StaleProblem() {
   return p;
 }
 
+// The answer a refused gRPC call gets (docs/design-notes.md, "HTTP/2 and gRPC"), written out
+// here once more, apart from the catalogue: a change to either is a decision, seen in review.
+TEST(ProblemCatalogueTest, EachTypeHasTheGrpcStatusOfTheContractTable) {
+  const std::vector<std::pair<ProblemType, GrpcStatus>> table = {
+      {ProblemType::kStaleToken, GrpcStatus::kAborted},
+      {ProblemType::kTokenJump, GrpcStatus::kAborted},
+      {ProblemType::kTokenNotVerified, GrpcStatus::kAborted},
+      {ProblemType::kMalformedToken, GrpcStatus::kInvalidArgument},
+      {ProblemType::kBadFenceKey, GrpcStatus::kInvalidArgument},
+      {ProblemType::kMissingToken, GrpcStatus::kFailedPrecondition},
+      {ProblemType::kMissingFenceKey, GrpcStatus::kFailedPrecondition},
+      {ProblemType::kWriterNotAllowed, GrpcStatus::kPermissionDenied},
+      {ProblemType::kNoRoute, GrpcStatus::kUnimplemented},
+      {ProblemType::kBodyTooLarge, GrpcStatus::kResourceExhausted},
+      {ProblemType::kHeaderTooLarge, GrpcStatus::kResourceExhausted},
+      {ProblemType::kMalformedRequest, GrpcStatus::kInternal},
+  };
+  for (const auto& [type, grpc] : table) {
+    SCOPED_TRACE(std::string(Describe(type).slug));
+    EXPECT_EQ(GrpcStatusOf(MakeProblem(type, "detail")), grpc);
+  }
+  // Every 502, 503 and 504 is UNAVAILABLE: the proxy failing closed, the call may pass later.
+  for (const ProblemTypeInfo& info : kProblemTypes) {
+    const unsigned status = static_cast<unsigned>(info.status);
+    if (status == 502 || status == 503 || status == 504) {
+      EXPECT_EQ(info.grpc, GrpcStatus::kUnavailable) << info.slug;
+    }
+    if (status == 409) {
+      EXPECT_EQ(info.grpc, GrpcStatus::kAborted) << info.slug;
+    }
+    EXPECT_NE(info.grpc, GrpcStatus::kOk) << info.slug << ": a refusal is never OK";
+  }
+  Problem unknown;
+  unknown.type = "not-a-type";
+  EXPECT_EQ(GrpcStatusOf(unknown), GrpcStatus::kUnknown);
+}
+
 TEST(ProblemJsonTest, HasEveryFieldWithItsJsonType) {
   std::string text = ProblemJson(StaleProblem());
   json::value v = json::parse(text);
