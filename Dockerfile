@@ -22,7 +22,7 @@ RUN apt-get update \
       build-essential cmake git ca-certificates pkg-config \
       libboost1.81-dev libboost-json1.81-dev libssl-dev \
       libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev \
-      libzookeeper-mt-dev \
+      libzookeeper-mt-dev libnghttp2-dev \
       googletest libgtest-dev \
       python3 curl \
  && rm -rf /var/lib/apt/lists/*

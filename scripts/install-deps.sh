@@ -8,7 +8,7 @@ packages=(
   build-essential cmake git ca-certificates pkg-config
   libboost1.81-dev libboost-json1.81-dev libssl-dev
   libyaml-cpp-dev prometheus-cpp-dev libcli11-dev libgoogle-perftools-dev
-  libzookeeper-mt-dev
+  libzookeeper-mt-dev libnghttp2-dev
   googletest libgtest-dev
   python3 curl
 )
