@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 [ $# -eq 0 ] || shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_token fuzz_path_route fuzz_config fuzz_state_log fuzz_request_head fuzz_head_parser fuzz_exchange fuzz_fence_key)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_token fuzz_path_route fuzz_config fuzz_state_log fuzz_request_head fuzz_head_parser fuzz_exchange fuzz_fence_key fuzz_h2_server)
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 artifacts=${FUZZ_ARTIFACTS:-$build_dir/fuzz-artifacts}
 
