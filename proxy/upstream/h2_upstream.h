@@ -1,0 +1,106 @@
+#pragma once
+// A worker's HTTP/2 connections to an h2c backend (backend_protocol: h2c), streams multiplexed
+// over them: the upstream half of the proxy's HTTP/2 path (docs/design-notes.md, "HTTP/2 and
+// gRPC"). Each connection is a TCP socket and an h2::Connection (the codec, no I/O) driven by
+// one read coroutine and, while it has frames to send, one write coroutine, all on the worker's
+// thread: no lock.
+//
+//   Open(head)        a stream on a connection with room (the backend's max_concurrent_streams),
+//                     or on a new one (connect bounded by connect_timeout)
+//   stream->events    what the backend sent, in order (owned copies of the codec's events);
+//                     stream->changed() wakes the owner when events come or its data was sent
+//   Send / Finish     our body and trailers; Queued says how much the backend has not taken yet
+//   Consume           the owner has passed n bytes of the response on: the window goes back
+//   Reset             RST_STREAM; the owner hears nothing more
+//
+// A connection that fails (the backend closes it, a protocol error, its GOAWAY) ends each of its
+// streams with a kReset event (REFUSED_STREAM for a stream the backend says it never processed:
+// safe to send again); the next Open makes a new one. At most once: nothing here sends a
+// stream's bytes twice.
+
+#include "common/io.h"
+#include "h2/connection.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencing {
+
+// One event of a stream from the backend, owned (the codec's views last only until its next
+// Receive).
+struct H2StreamEvent {
+  h2::Event::Kind kind = h2::Event::Kind::kHead;
+  h2::Headers fields;         // kHead, kTrailers
+  std::string data;           // kData
+  bool end_stream = false;    // kHead
+  uint32_t error_code = 0;    // kReset
+};
+
+class H2Upstream {
+ public:
+  class Connection;  // h2_upstream.cpp
+
+  // One stream, held by its owner (an HTTP/2 session's stream). Its connection holds it weakly.
+  class Stream {
+   public:
+    explicit Stream(io::Executor executor) : changed_(std::move(executor)) { changed_.expires_at(io::Timer::time_point::max()); }
+    ~Stream();  // dropped while open: the backend is told (RST_STREAM CANCEL)
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    std::deque<H2StreamEvent> events;  // taken by the owner
+    bool closed = false;               // no more events will come (the last was kEnd or kReset)
+    // Waits until events come, data is sent, or the stream closes (a timer that never fires on
+    // its own: cancelled to wake).
+    io::Timer& changed() { return changed_; }
+    void Wake() { changed_.cancel(); }
+
+   private:
+    friend class H2Upstream;
+    io::Timer changed_;
+    std::shared_ptr<Connection> connection_;
+    int32_t id_ = 0;
+  };
+
+  H2Upstream(io::Executor executor, std::vector<boost::asio::ip::tcp::endpoint> backend,
+             std::chrono::milliseconds connect_timeout, h2::Settings settings = {});
+  ~H2Upstream();
+  H2Upstream(const H2Upstream&) = delete;
+  H2Upstream& operator=(const H2Upstream&) = delete;
+
+  // Opens a stream with this head (pseudo-headers first); end_stream: no body follows. On a
+  // connection with room, or a new one. Null with ec set when no connection could be had.
+  io::Awaitable<std::shared_ptr<Stream>> Open(const h2::Headers& head, bool end_stream, boost::system::error_code& ec);
+
+  // Body bytes (copied) and the end of our side; false when the stream is closed.
+  bool Send(Stream& stream, std::string_view bytes, bool end_stream);
+  bool Finish(Stream& stream, const h2::Headers& trailers);  // ends our side with trailers
+  void Reset(Stream& stream, uint32_t error_code);
+  // The owner passed n bytes of the stream's kData on.
+  void Consume(Stream& stream, size_t n);
+  // Our bytes the backend has not taken yet (0 once closed).
+  size_t Queued(const Stream& stream) const;
+
+  // Connections open now, and the streams they may still open (the backends' limits): for tests
+  // and metrics.
+  size_t connections() const;
+  size_t room() const;
+
+ private:
+  io::Awaitable<std::shared_ptr<Connection>> Connect(boost::system::error_code& ec);
+
+  io::Executor executor_;
+  std::vector<boost::asio::ip::tcp::endpoint> backend_;
+  std::chrono::milliseconds connect_timeout_;
+  h2::Settings settings_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+};
+
+}  // namespace fencing
