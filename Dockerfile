@@ -53,7 +53,8 @@ ARG DEBIAN_FRONTEND=noninteractive
 #   libyaml-cpp.so.0.7             libyaml-cpp0.7
 #   libtcmalloc_minimal.so.4       libtcmalloc-minimal4
 #   libzookeeper_mt.so.2           libzookeeper-mt2 (verified raises on ZooKeeper)
-#   libssl.so.3, libcrypto.so.3    libssl3 (etcd over https)
+#   libssl.so.3, libcrypto.so.3    libssl3 (TLS: the listener, an https backend, etcd)
+#   libnghttp2.so.14               libnghttp2-14 (HTTP/2: clients and an h2c backend)
 # /var/lib/fencing-proxy is where the state file lives (a volume in production); it belongs to
 # the runtime user so a fresh volume mounted there is writable. /etc/fencing-proxy holds the
 # route file (a ConfigMap directory in Kubernetes); the image ships none on purpose: a proxy
@@ -61,7 +62,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libboost-json1.81.0 libprometheus-cpp-core1.0 libyaml-cpp0.7 libtcmalloc-minimal4 \
-      libzookeeper-mt2 libssl3 \
+      libzookeeper-mt2 libssl3 libnghttp2-14 \
  && rm -rf /var/lib/apt/lists/* \
  && install -d -o 65532 -g 65532 -m 0750 /var/lib/fencing-proxy \
  && install -d -m 0755 /etc/fencing-proxy

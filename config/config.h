@@ -23,6 +23,9 @@ struct HostPort {
 enum class MissingToken { kReject, kAllow };
 enum class FenceMode { kEnforce, kObserve };
 enum class Unmatched { kPass, kReject };
+// How the proxy speaks to the backend: HTTP/1.1, HTTP/2 in the clear with prior knowledge (h2c),
+// or HTTP/2 over TLS (h2, an https:// backend). gRPC needs one of the two HTTP/2 forms.
+enum class BackendProtocol { kHttp1, kH2c, kH2 };
 // Request header fields whose names contain '_': WSGI, CGI and PHP backends read X_Fencing_Token
 // and X-Fencing-Token as the same variable (HTTP_X_FENCING_TOKEN), so such a field can stand in
 // for one the proxy checked.
@@ -160,6 +163,9 @@ struct ListenTlsConfig {
   Version min_version = Version::k1_2;
   // Where each file is named in the route file, for the errors of loading it.
   ConfigPosition cert_file_at, key_file_at, client_ca_file_at;
+  // Offer h2 by ALPN before http/1.1: set by the loader from backend_protocol (an HTTP/2
+  // backend), not a key of its own.
+  bool offer_h2 = false;
 
   bool asks_client_certificate() const { return !client_ca_file.empty(); }
 };
@@ -191,6 +197,9 @@ struct ProxyConfig {
   std::string backend_url;   // as written
   // https://: every backend connection is TLS, verified with backend_tls (tls/client_context.h).
   bool backend_https = false;
+  // backend_protocol: http1 (default), h2c (an http:// backend) or h2 (an https:// one). With an
+  // HTTP/2 backend the listeners also speak HTTP/2 to clients (h2 by ALPN, h2c by prior knowledge).
+  BackendProtocol backend_protocol = BackendProtocol::kHttp1;
   // backend_tls: CA file (empty: the system's trust store), client certificate and key,
   // server_name (empty: the backend's host). Only with an https backend (a config error
   // otherwise); empty with one means every default.

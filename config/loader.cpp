@@ -390,6 +390,7 @@ class Loader {
     CheckKeyHeaders(*config);
     CheckVerifyServices(*config);
     CheckListenTls(*config);
+    if (config->tls) config->tls->offer_h2 = config->backend_protocol != BackendProtocol::kHttp1;
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
                    top_.backend_at.value_or(root_at));
   }
@@ -976,9 +977,23 @@ class Loader {
   // setting that is silently ignored is a setting the operator believes is in force. Checked once
   // the whole file is read (backend may come after it).
   void CheckBackendTls(const ProxyConfig& c) {
-    if (!top_.backend_tls_at || !top_.backend_ok || c.backend_https) return;
-    Error(*top_.backend_tls_at, "backend_tls: the backend is http://; TLS settings need an https:// backend (write "
-                                "https://, or drop backend_tls)");
+    if (top_.backend_tls_at && top_.backend_ok && !c.backend_https) {
+      Error(*top_.backend_tls_at, "backend_tls: the backend is http://; TLS settings need an https:// backend (write "
+                                  "https://, or drop backend_tls)");
+    }
+    // h2 is HTTP/2 over TLS and h2c HTTP/2 in the clear: the URL's scheme says which one.
+    if (top_.backend_protocol_at && top_.backend_ok) {
+      if (c.backend_protocol == BackendProtocol::kH2) {
+        Error(*top_.backend_protocol_at, "backend_protocol: h2 (HTTP/2 over TLS to the backend) is not supported yet; "
+                                         "use h2c with an http:// backend, or http1");
+      } else if (c.backend_protocol == BackendProtocol::kH2 && !c.backend_https) {
+        Error(*top_.backend_protocol_at, "backend_protocol: h2 is HTTP/2 over TLS and the backend is http://; write "
+                                         "https:// for h2, or h2c for HTTP/2 in the clear");
+      } else if (c.backend_protocol == BackendProtocol::kH2c && c.backend_https) {
+        Error(*top_.backend_protocol_at, "backend_protocol: h2c is HTTP/2 in the clear and the backend is https://; "
+                                         "write h2 for HTTP/2 over TLS, or an http:// backend");
+      }
+    }
   }
 
   // A lock service's (or the fence store's) timeout: a raise waits this long for the answer, at
@@ -1322,6 +1337,7 @@ class Loader {
     std::optional<Position> tls_at, client_certificate_at;      // tls and tls.client_certificate
     bool listen_ok = true, admin_ok = true, backend_ok = false, plain_ok = false;
     std::optional<Position> backend_tls_at;                     // its key, where written
+    std::optional<Position> backend_protocol_at;                // its value, where written
   } top_;
   std::optional<Position> buffered_at_;  // where limits.buffered_body_bytes was written (and valid)
 
@@ -1467,6 +1483,18 @@ const ConfigKey kKeys[] = {
                l.config_->threads = static_cast<unsigned>(*n);
              }
            }
+         }},
+    // Restart-only: the backend's connections (and what the listeners offer clients) are set up
+    // for one protocol at start-up.
+    {.section = KeySection::kTop, .name = "backend_protocol", .type = "http1 | h2c | h2", .default_value = "http1",
+     .restart_only = true,
+     .same = [](const ProxyConfig& a, const ProxyConfig& b) { return a.backend_protocol == b.backend_protocol; },
+     .load =
+         [](Loader& l, const Entry& e, const std::string& path) {
+           l.top_.backend_protocol_at = l.At(e.value, e.key_at);
+           l.Choice(e, path,
+                    {{"http1", BackendProtocol::kHttp1}, {"h2c", BackendProtocol::kH2c}, {"h2", BackendProtocol::kH2}},
+                    &l.config_->backend_protocol);
          }},
     {.section = KeySection::kTop, .name = "unmatched", .type = "pass | reject", .default_value = "pass",
      .load =

@@ -6,6 +6,7 @@
 #include "http/raw_head.h"
 #include "lockservice/raise_verifier.h"
 #include "server/admission.h"
+#include "server/h2_session.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -152,7 +153,23 @@ io::Awaitable<void> Session::Handshake() {
     co_return;
   }
   stream_.TakeIdentity();
+  if (stream_.alpn() == "h2" && worker_.h2_upstream()) {
+    co_await RunH2({});
+    co_return;
+  }
   co_await Run();
+}
+
+io::Awaitable<void> Session::RunH2(std::string already_read) {
+  SessionPtr self(this);
+  auto h2 = std::make_shared<H2Session>(worker_, stream_, stream_.identity(), client_ip_, *worker_.h2_upstream(),
+                                        [this](bool idle) {
+                                          idle_ = idle;
+                                          if (idle) idle_since_ = Clock::now();
+                                        });
+  co_await h2->Serve(std::move(already_read));
+  idle_ = false;
+  Close();
 }
 
 void Session::WaitCold() {
@@ -228,6 +245,21 @@ io::Awaitable<void> Session::Run() {
       }
       idle_ = false;
       if (ec) break;
+    }
+    if (first_read_) {
+      // HTTP/2 with prior knowledge (h2c) begins with its preface, whose method PRI no HTTP/1.1
+      // request has (RFC 9113 3.4); its first 4 bytes decide. With no HTTP/2 backend it is just
+      // a request HTTP/1.1 refuses.
+      first_read_ = false;
+      static constexpr std::string_view kPrefaceStart = "PRI ";
+      const std::string_view got(static_cast<const char*>(buffer.data().data()), buffer.size());
+      if (worker_.h2_upstream() && got.starts_with(kPrefaceStart)) {
+        std::string already_read(got);
+        buffer.consume(buffer.size());
+        buffer_ = nullptr;
+        co_await RunH2(std::move(already_read));
+        co_return;
+      }
     }
     if (!co_await ServeOne()) break;
     if (worker_.shared().draining.load(std::memory_order_relaxed)) break;

@@ -65,6 +65,9 @@ class Session : public IntrusiveListNode<Session> {
   io::Awaitable<void> Run();
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
   void WaitCold();
+  // The connection speaks HTTP/2 (ALPN h2, or h2c's preface first): an H2Session serves it to
+  // its end (server/h2_session.h). already_read: the bytes read before that was known.
+  io::Awaitable<void> RunH2(std::string already_read);
   void Close();
   // The time by which the current step must end (enforced by Sweep); resets the timed-out flag.
   void SetDeadline(std::chrono::steady_clock::time_point deadline);
@@ -124,6 +127,7 @@ class Session : public IntrusiveListNode<Session> {
   bool cooling_ = false;   // Sweep cancelled the idle read so that the buffer can be given back
   bool linger_ = false;    // closing with request bytes possibly still arriving
   bool head_request_ = false;  // the request being served is a HEAD: the proxy's answers have no body
+  bool first_read_ = true;     // no request bytes read yet: an h2c preface is still possible
   uint32_t refs_ = 0;      // SessionPtrs held
   AccessRecord* record_ = nullptr;  // the request being served (ServeOne's), for the access log
 };

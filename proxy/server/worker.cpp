@@ -55,6 +55,9 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
       // One thread runs it, and every socket and timer of the worker is touched on that thread
       // only (other threads only post to it): no lock per I/O operation.
       ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
+  if (config.backend_protocol == BackendProtocol::kH2c) {
+    h2_upstream_.emplace(ioc_->get_executor(), backend, config.timeouts.connect);
+  }
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker,
                 config.backend_https ? &shared_.metrics.ForUpstreamTls() : nullptr);
   raise_inbox_.emplace(*ioc_);
@@ -62,6 +65,7 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
 
 Worker::~Worker() {
   Stop();
+  h2_upstream_.reset();
   pool_.reset();
   listeners_.clear();
   raise_inbox_.reset();  // undelivered resolutions hold timers of the io_context

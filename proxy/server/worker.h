@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "server/raise_wait.h"
 #include "server/runtime.h"
+#include "upstream/h2_upstream.h"
 #include "upstream/upstream_pool.h"
 
 #include <boost/asio/awaitable.hpp>
@@ -103,6 +104,8 @@ class Worker {
 
   boost::asio::io_context& io() { return *ioc_; }
   UpstreamPool& pool() { return *pool_; }
+  // backend_protocol h2c: the HTTP/2 connections to the backend (null for an HTTP/1.1 backend).
+  H2Upstream* h2_upstream() { return h2_upstream_ ? &*h2_upstream_ : nullptr; }
   RelayBuffers& relay_buffers() { return relay_buffers_; }
   RaiseInbox& raise_inbox() { return *raise_inbox_; }
   ServerShared& shared() { return shared_; }
@@ -148,6 +151,7 @@ class Worker {
   std::shared_ptr<const Runtime> runtime_;
   std::unique_ptr<boost::asio::io_context> ioc_;
   std::optional<UpstreamPool> pool_;
+  std::optional<H2Upstream> h2_upstream_;
   std::optional<RaiseInbox> raise_inbox_;  // resolutions of this worker's raise waits
   std::vector<std::unique_ptr<Listener>> listeners_;  // listen, then plain_listen
   std::thread thread_;

@@ -21,11 +21,18 @@ constexpr long kSessionLifetimeSeconds = 300;  // nginx's ssl_session_timeout
 constexpr unsigned char kSessionIdContext[] = "fencing-proxy";
 
 // ALPN: "http/1.1" or a fatal no_application_protocol alert (see the header).
+// ALPN: the server's protocols in its order of preference (h2 first when the backend speaks
+// HTTP/2), each length-prefixed as the wire writes them; `arg` is one of these two lists.
+const unsigned char kHttp11Only[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+const unsigned char kH2ThenHttp11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_length, const unsigned char* offered,
-               unsigned int offered_length, void*) {
-  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+               unsigned int offered_length, void* arg) {
+  const bool h2 = arg == kH2ThenHttp11;
+  const unsigned char* ours = h2 ? kH2ThenHttp11 : kHttp11Only;
+  const unsigned int ours_length = h2 ? sizeof kH2ThenHttp11 : sizeof kHttp11Only;
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, out_length, kHttp11, sizeof kHttp11, offered, offered_length) !=
+  if (SSL_select_next_proto(&selected, out_length, ours, ours_length, offered, offered_length) !=
       OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   }
@@ -134,7 +141,8 @@ std::shared_ptr<const ServerContext> ServerContext::Build(const ListenTlsConfig&
   // One TLS 1.3 session ticket after a handshake, as nginx sends (OpenSSL's default is two): a
   // client resumes with one, and each costs the server an encryption at every full handshake.
   SSL_CTX_set_num_tickets(ctx, 1);
-  SSL_CTX_set_alpn_select_cb(ctx, SelectAlpn, nullptr);
+  SSL_CTX_set_alpn_select_cb(ctx, SelectAlpn,
+                             const_cast<unsigned char*>(config.offer_h2 ? kH2ThenHttp11 : kHttp11Only));
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER | SSL_SESS_CACHE_NO_INTERNAL);
   SSL_CTX_set_timeout(ctx, kSessionLifetimeSeconds);
   ok = ok && SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof kSessionIdContext - 1) == 1;

@@ -109,6 +109,14 @@ void ServerStream::TakeIdentity() {
   identity_ = &tls_->identity;
 }
 
+std::string_view ServerStream::alpn() const {
+  if (!tls_) return {};
+  const unsigned char* data = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(tls_->ssl, &data, &length);
+  return std::string_view(reinterpret_cast<const char*>(data), data ? length : 0);
+}
+
 bool ServerStream::HasBufferedInput() const { return tls_ && SSL_has_pending(tls_->ssl) == 1; }
 
 // One operation: `attempt` is tried now and after each readiness it asks for, until it is done

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 namespace fencing::tls {
@@ -63,6 +64,8 @@ class ServerStream {
   // wait for the socket's readiness alone could wait for what has come.
   bool HasBufferedInput() const;
   const ClientIdentity& identity() const { return *identity_; }
+  // After the handshake: the protocol ALPN chose ("h2", "http/1.1"); empty without TLS or ALPN.
+  std::string_view alpn() const;
 
   io::Socket& socket() { return socket_; }
   executor_type get_executor() { return socket_.get_executor(); }

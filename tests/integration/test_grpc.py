@@ -1,8 +1,8 @@
 """gRPC and plain HTTP/2 through the real binary: the fence on gRPC calls (issue 26).
 
-Written before the feature: ctest keeps this module disabled (tests/CMakeLists.txt) until the
-proxy speaks HTTP/2, and today every test fails at the proxy's start (`backend_protocol` is not a
-key yet) or at the first HTTP/2 frame. Run it by hand against a build to see where it stands.
+Written before the feature. What is not built yet is skipped with the reason (an h2 backend
+over TLS, plain HTTP/2 clients in front of an HTTP/1.1 backend, the reset of open lower-token
+streams at the raise's bound); everything else runs in CI.
 
 A real gRPC backend (grpc_support.GrpcBackend: orders.v1.OrderStore with a unary Put, a
 client-streaming Upload, a server-streaming Watch and a bidi Chat, recording every call it
@@ -443,6 +443,8 @@ class GrpcStreamOrderTest(GrpcTestCase):
         self.assertGreaterEqual(raised.start, stream.end, "token 6 reaches the backend only after "
                                 "the token-5 stream ended there")
 
+    @unittest.skip("not built yet (issue 26): a raise that waits past timeouts.request does not reset the "
+                   "lower-token streams still open; it gives up as an HTTP/1.1 raise does")
     def test_open_lower_token_stream_reset_at_the_bound(self):
         bound = 2.0
         proxy = self.start(request_timeout="2s")
@@ -524,6 +526,8 @@ class GrpcStreamOrderTest(GrpcTestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
+@unittest.skip("not built yet (issue 26): HTTP/2 clients are served only with an HTTP/2 backend "
+               "(backend_protocol: h2c); with an HTTP/1.1 backend the proxy speaks HTTP/1.1 only")
 class PlainHttp2Test(ProxyTestCase):
     """Plain HTTP/2 (not gRPC) through h2c to the demo backend over HTTP/1.1 (backend_protocol
     left at its default, http1): the answers HTTP/1.1 gets."""
@@ -669,6 +673,8 @@ class GrpcTlsTest(GrpcTestCase):
         self.assertEqual(proxy.fence("orders").get("max_token"), 5,
                          "the reader's token 99 raised nothing")
 
+    @unittest.skip("not built yet (issue 26): backend_protocol h2 (HTTP/2 over TLS to the backend) is "
+                   "refused by the route file")
     def test_h2_backend_over_tls(self):
         backend = gs.GrpcBackend(tls=self.server_cert)
         self.addCleanup(backend.stop)

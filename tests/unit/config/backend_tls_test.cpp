@@ -115,3 +115,48 @@ INSTANTIATE_TEST_SUITE_P(HttpsBackend, BackendTlsErrorTest, testing::ValuesIn(kH
 
 }  // namespace
 }  // namespace fencing
+
+namespace fencing {
+namespace {
+
+// backend_protocol: the scheme of backend decides between the HTTP/2 forms, and h2 over TLS is
+// refused until it is built; with h2c a TLS listener offers h2 by ALPN.
+TEST(BackendProtocolConfigTest, EachValueAndItsBackend) {
+  const std::string state = "state_file: s\n";
+  auto load = [&](const std::string& text) { return ParseConfig(state + text, "routes.yaml"); };
+  const ConfigResult http1 = load("backend: http://db:80\n");
+  ASSERT_TRUE(http1.ok()) << DumpErrors(http1);
+  EXPECT_EQ(http1.config->backend_protocol, BackendProtocol::kHttp1);
+
+  const ConfigResult h2c = load("backend: http://db:80\nbackend_protocol: h2c\n");
+  ASSERT_TRUE(h2c.ok()) << DumpErrors(h2c);
+  EXPECT_EQ(h2c.config->backend_protocol, BackendProtocol::kH2c);
+
+  const ConfigResult h2c_tls = load("backend: https://db:443\nbackend_protocol: h2c\n");
+  ASSERT_FALSE(h2c_tls.ok());
+  EXPECT_NE(DumpErrors(h2c_tls).find("routes.yaml:3:19: backend_protocol: h2c is HTTP/2 in the clear"),
+            std::string::npos)
+      << DumpErrors(h2c_tls);
+
+  const ConfigResult h2 = load("backend: https://db:443\nbackend_protocol: h2\n");
+  ASSERT_FALSE(h2.ok());
+  EXPECT_NE(DumpErrors(h2).find("not supported yet"), std::string::npos) << DumpErrors(h2);
+
+  const ConfigResult other = load("backend: http://db:80\nbackend_protocol: http2\n");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(DumpErrors(other).find("routes.yaml:3:19"), std::string::npos) << DumpErrors(other);
+}
+
+TEST(BackendProtocolConfigTest, H2cMakesTheTlsListenerOfferH2) {
+  const std::string tls = "tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n";
+  const ConfigResult plain = ParseConfig("state_file: s\nbackend: http://db:80\n" + tls, "routes.yaml");
+  ASSERT_TRUE(plain.ok()) << DumpErrors(plain);
+  EXPECT_FALSE(plain.config->tls->offer_h2);
+  const ConfigResult h2c =
+      ParseConfig("state_file: s\nbackend: http://db:80\nbackend_protocol: h2c\n" + tls, "routes.yaml");
+  ASSERT_TRUE(h2c.ok()) << DumpErrors(h2c);
+  EXPECT_TRUE(h2c.config->tls->offer_h2);
+}
+
+}  // namespace
+}  // namespace fencing

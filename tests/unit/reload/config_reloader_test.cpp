@@ -437,7 +437,8 @@ TEST(RestartOnlyKeysTest, AreTheSocketThreadAndFileSettings) {
                                           "routes[].max_keys", "routes[].token_order",
                                           "routes[].forget_idle_keys_after", "lock_services", "fence_store", "tls",
                                           "tls.cert_file", "tls.key_file", "tls.client_ca_file",
-                                          "tls.client_certificate", "tls.min_version", "plain_listen"}));
+                                          "tls.client_certificate", "tls.min_version", "plain_listen",
+                                          "backend_protocol"}));
 }
 
 TEST_F(ConfigReloaderTest, WatcherReloadsAChangedFile) {
