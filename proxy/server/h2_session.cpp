@@ -10,6 +10,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/write.hpp>
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -296,6 +297,10 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     co_return;
   }
   stream->upstream = upstream;
+  // Bounded as an HTTP/1.1 exchange is, from its admission: a stream still open at
+  // timeouts.request is reset both ways, so an admitted call always ends and a raise never waits
+  // longer for it (a long-lived stream is reset too, as a long HTTP/1.1 response is cut off).
+  const auto deadline = std::chrono::steady_clock::now() + config.timeouts.request;
 
   bool client_done = stream->head_end;  // our side towards the backend has ended
   bool head_sent = false, response_done = false;
@@ -359,8 +364,14 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
       if (!client_done) upstream_.Reset(*upstream, h2::kNoError);
       co_return;
     }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      upstream_.Reset(*upstream, h2::kCancel);
+      codec_.ResetStream(stream->id, h2::kCancel);
+      Flush();
+      co_return;
+    }
     io::Timer& waiter = stream->Waiter();
-    waiter.expires_at(io::Timer::time_point::max());
+    waiter.expires_at(deadline);
     co_await waiter.async_wait(kTuple);
   }
 }

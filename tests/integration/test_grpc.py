@@ -443,8 +443,6 @@ class GrpcStreamOrderTest(GrpcTestCase):
         self.assertGreaterEqual(raised.start, stream.end, "token 6 reaches the backend only after "
                                 "the token-5 stream ended there")
 
-    @unittest.skip("not built yet (issue 26): a raise that waits past timeouts.request does not reset the "
-                   "lower-token streams still open; it gives up as an HTTP/1.1 raise does")
     def test_open_lower_token_stream_reset_at_the_bound(self):
         bound = 2.0
         proxy = self.start(request_timeout="2s")
