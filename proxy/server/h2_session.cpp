@@ -1,6 +1,9 @@
 #include "server/h2_session.h"
 
+#include "common/access_log.h"
+#include "common/log.h"
 #include "http/ascii.h"
+#include "http/outcome.h"
 #include "http/problem.h"
 #include "http/request_head.h"
 #include "server/admission.h"
@@ -11,6 +14,8 @@
 #include <boost/asio/write.hpp>
 
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +59,20 @@ struct H2Session::Stream {
   bool reset = false;                // the client reset it
   io::Timer changed;                 // waited on until the upstream stream exists
   std::shared_ptr<H2Upstream::Stream> upstream;
+
+  // What its access line says (Handle fills it in).
+  struct Record {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::shared_ptr<const Runtime> runtime;  // the snapshot the stream was planned with
+    std::string method, path;
+    std::string_view route;    // into runtime's config
+    Outcome outcome = Outcome::kRejectedRequest;
+    std::optional<uint64_t> token, max_token;
+    unsigned status = 0;           // the :status sent to the client (0: none, reset)
+    unsigned upstream_status = 0;  // the backend's
+    unsigned upstream_attempts = 0;
+    uint64_t bytes_in = 0, bytes_out = 0;
+  } record;
 
   void Wake() {
     changed.cancel();
@@ -179,6 +198,7 @@ void H2Session::WakeAll() {
 
 io::Awaitable<void> H2Session::ServeStream(std::shared_ptr<H2Session> self, std::shared_ptr<Stream> stream) {
   co_await Handle(*stream);
+  LogAccess(*stream);
   // Bytes the client sent that nobody passed on: its window back.
   for (const H2StreamEvent& event : stream->events) {
     if (event.kind == h2::Event::Kind::kData) codec_.Consume(stream->id, event.data.size());
@@ -193,10 +213,34 @@ io::Awaitable<void> H2Session::ServeStream(std::shared_ptr<H2Session> self, std:
   self.reset();
 }
 
+void H2Session::LogAccess(const Stream& stream) const {
+  const Stream::Record& record = stream.record;
+  if (!record.runtime || !record.runtime->config().access_log || !LogEnabled(LogLevel::kInfo)) return;
+  AccessEntry entry;
+  entry.method = record.method;
+  entry.path = record.path;
+  entry.client = client_ip_;
+  entry.identity = identity_.joined;
+  entry.status = record.status;
+  if (!record.route.empty()) entry.route = record.route;
+  entry.decision = OutcomeName(record.outcome);
+  entry.token = record.token;
+  entry.max_token = record.max_token;
+  entry.upstream_status = record.upstream_status;
+  entry.upstream_attempts = record.upstream_attempts;
+  entry.bytes_in = record.bytes_in;
+  entry.bytes_out = record.bytes_out;
+  entry.duration_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - record.start).count());
+  worker_.LogAccess(entry);
+}
+
 io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   Stream* stream = &stream_ref;
   std::shared_ptr<const Runtime> runtime = worker_.runtime();
   const ProxyConfig& config = runtime->config();
+  Stream::Record& record = stream->record;
+  record.runtime = runtime;
 
   // The request as the fence sees any request: the pseudo-headers as its request line, its
   // :authority as Host.
@@ -219,10 +263,25 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   if (!authority.empty() && head.count(http::field::host) == 0) head.insert(http::field::host, authority);
   head.version(11);
 
+  record.method = method;
+  record.path = std::string(head.target());
   RequestPlan plan = PlanRequest(head, *runtime, identity_);
   const RouteMetrics& metrics = plan.metrics(*runtime);
+  if (plan.route) record.route = plan.route->config->name;
+  // Counted once, when the answer is decided: a refusal, or the backend's head (an admitted
+  // stream whose backend fails before answering counts as upstream_error instead).
+  bool counted = false;
+  auto count = [&](Outcome outcome) {
+    if (counted) return;
+    counted = true;
+    metrics.Count(outcome);
+    record.outcome = outcome;
+  };
   auto refuse = [&](const Problem& problem) {
-    metrics.Count(plan.outcome);
+    count(plan.outcome);
+    record.token = problem.token;
+    record.max_token = problem.max_token;
+    record.status = grpc ? 200 : static_cast<unsigned>(problem.status);
     if (grpc) {
       h2::Headers extra;
       if (problem.status == http::status::conflict && problem.max_token) {
@@ -267,7 +326,9 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     co_return;
   }
   if (over_ || stream->reset) co_return;
-  metrics.Count(plan.outcome);
+  record.outcome = plan.outcome;
+  record.token = plan.problem.token;  // as HTTP/1.1's access line: the token read, and the max
+  record.max_token = plan.problem.max_token;
 
   // The head for the backend: the client's fields but the token as read (or none) and the
   // route's identity header as the proxy knows it.
@@ -293,9 +354,11 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   error_code ec;
   std::shared_ptr<H2Upstream::Stream> upstream = co_await upstream_.Open(upstream_head, stream->head_end, ec);
   if (!upstream) {
+    plan.outcome = Outcome::kUpstreamError;
     refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached: " + ec.message()));
     co_return;
   }
+  record.upstream_attempts = 1;
   stream->upstream = upstream;
   // Bounded as an HTTP/1.1 exchange is, from its admission: a stream still open at
   // timeouts.request is reset both ways, so an admitted call always ends and a raise never waits
@@ -316,6 +379,7 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
         if (upstream_.Queued(*upstream) >= kHighWater) break;
         if (!client_done) upstream_.Send(*upstream, event.data, false);
         codec_.Consume(stream->id, event.data.size());
+        record.bytes_in += event.data.size();
       } else if (event.kind == h2::Event::Kind::kTrailers) {
         if (!client_done) upstream_.Finish(*upstream, event.fields);
         client_done = true;
@@ -335,10 +399,15 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
       if (event.kind == h2::Event::Kind::kHead) {
         codec_.SubmitResponse(stream->id, event.fields, event.end_stream);
         head_sent = head_sent || !event.fields.empty();
+        count(plan.outcome);
+        for (const h2::Header& field : event.fields) {
+          if (field.name == ":status") record.status = record.upstream_status = static_cast<unsigned>(std::atoi(field.value.c_str()));
+        }
       } else if (event.kind == h2::Event::Kind::kData) {
         if (codec_.Queued(stream->id) >= kHighWater) break;
         codec_.SubmitData(stream->id, event.data, false);
         upstream_.Consume(*upstream, event.data.size());
+        record.bytes_out += event.data.size();
       } else if (event.kind == h2::Event::Kind::kTrailers) {
         codec_.SubmitTrailers(stream->id, event.fields);
         response_done = true;
@@ -347,6 +416,7 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
         response_done = true;
       } else if (event.kind == h2::Event::Kind::kReset) {
         if (!head_sent) {
+          plan.outcome = Outcome::kUpstreamError;
           refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend reset the stream (" +
                                                                     h2::ErrorCodeName(event.error_code) + ")"));
         } else {

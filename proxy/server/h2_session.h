@@ -56,6 +56,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   io::Awaitable<void> ServeStream(std::shared_ptr<H2Session> self, std::shared_ptr<Stream> stream);
   io::Awaitable<void> Handle(Stream& stream);
   void WakeAll();
+  void LogAccess(const Stream& stream) const;  // its access line (access_log), as HTTP/1.1's
 
   Worker& worker_;
   tls::ServerStream& client_;

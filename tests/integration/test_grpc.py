@@ -217,6 +217,37 @@ class GrpcCallTest(GrpcTestCase):
         self.assertEqual(len(rest.response) + 1, total, "every message of the flood arrives")
 
 
+class GrpcAccessLogTest(GrpcTestCase):
+    """Each HTTP/2 stream gets the access line an HTTP/1.1 request gets."""
+
+    def test_each_call_has_an_access_line(self):
+        proxy = self.start(access_log=True)
+        channel = self.channel(proxy)
+        self.put(channel, 7, "log-ok")
+        stale = gs.unary(channel, b"w", token=6, tag="log-stale")
+        self.assertCode(stale, Code.ABORTED, "token 6 after 7")
+
+        def lines():
+            with open(proxy.stderr_path, encoding="utf-8") as f:
+                return [json.loads(raw) for raw in f
+                        if raw.startswith("{") and json.loads(raw).get("msg") == "access"]
+        # Access lines reach stderr at the worker's next sweep tick.
+        wait_for(lambda: len(lines()) >= 2, what="two access lines")
+        by_token = {line.get("token"): line for line in lines()}
+        ok, refused = by_token.get(7), by_token.get(6)
+        self.assertIsNotNone(ok, "the forwarded call's line carries its token: %r" % lines())
+        self.assertIsNotNone(refused, "the refused call's line carries its token: %r" % lines())
+        expected_ok = {"method": "POST", "path": gs.PUT, "status": 200, "decision": "forwarded",
+                       "upstream_status": 200, "route": ROUTE["name"]}
+        for field, value in expected_ok.items():
+            self.assertEqual(ok.get(field), value, "forwarded call: %s in %r" % (field, ok))
+        expected_refused = {"method": "POST", "path": gs.PUT, "status": 200,
+                            "decision": "rejected_stale", "max_token": 7}
+        for field, value in expected_refused.items():
+            self.assertEqual(refused.get(field), value, "refused call: %s in %r" % (field, refused))
+        self.assertNotIn("upstream_status", refused, "a refused call never reached the backend")
+
+
 class GrpcRefusalTest(GrpcTestCase):
     """Refused calls: the gRPC status of each refusal, its detail, and the backend never sees it."""
 
