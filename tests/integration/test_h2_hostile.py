@@ -1,0 +1,142 @@
+"""HTTP/2's own attacks against the real binary (issue 26), with raw frames over a socket.
+
+The proxy speaks HTTP/2 to clients only with an HTTP/2 backend (`backend_protocol: h2c`); behind
+it here is the recording gRPC backend of the gRPC tests. Each attack ends with the connection
+closed by the proxy (after its GOAWAY), the proxy still serving a new client, and nothing of the
+attack's requests at the backend beyond what a well-behaved client could have sent:
+
+- rapid reset (CVE-2023-44487): thousands of streams opened and reset at once;
+- a CONTINUATION flood (CVE-2024-28182): a head that never ends;
+- bytes that are not HTTP/2 after the preface.
+
+The codec's own unit tests (tests/unit/h2/connection_test.cpp) and its fuzz target cover the
+rest of the table in proxy/h2/connection.h; these check that the session does not undo them.
+"""
+
+import socket
+import struct
+import time
+import unittest
+
+import grpc_support as gs
+from harness import IO_TIMEOUT, ProxyTestCase
+
+SKIP = gs.missing()
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY, CONTINUATION = 0x0, 0x1, 0x3, 0x4, 0x7, 0x9
+END_STREAM, END_HEADERS = 0x1, 0x4
+CANCEL = 0x8
+# A request head in HPACK, from the static table: :method POST, :scheme http, :path / and a
+# literal :authority "a" (never indexed in the dynamic table).
+HEAD_BLOCK = b"\x83\x86\x84\x01\x01a"
+
+
+def frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def read_frames(sock, until_closed_within=IO_TIMEOUT):
+    """The frames the proxy sends until it closes the connection (or the bound passes):
+    [(type, flags, stream, payload)], and whether it closed."""
+    sock.settimeout(0.5)
+    data = b""
+    end = time.monotonic() + until_closed_within
+    closed = False
+    while time.monotonic() < end:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        data += chunk
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        if len(data) < 9 + length:
+            break
+        frames.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF, data[9:9 + length]))
+        data = data[9 + length:]
+    return frames, closed
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Http2HostileTest(ProxyTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.backend = gs.GrpcBackend()
+        self.addCleanup(self.backend.stop)
+        self.proxy = self.start_proxy(
+            {"threads": 1, "backend_protocol": "h2c",
+             "timeouts": {"connect": "1s", "request": "5s", "idle": "10s", "header_read": "5s",
+                          "shutdown": "5s"},
+             "routes": [{"name": "orders", "prefix": "/orders.v1.OrderStore"}]},
+            self.backend.url)
+
+    def connect(self):
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=IO_TIMEOUT)
+        self.addCleanup(sock.close)
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        return sock
+
+    def assertGoneAway(self, frames, closed, what):
+        kinds = [f[0] for f in frames]
+        self.assertIn(GOAWAY, kinds, "%s: the proxy ends the connection with GOAWAY; it sent %r"
+                      % (what, sorted(set(kinds))))
+        self.assertTrue(closed, "%s: then closes it" % what)
+
+    def assertStillServes(self, what):
+        channel = gs.insecure_channel(self.proxy.port)
+        self.addCleanup(channel.close)
+        result = gs.unary(channel, b"after", token=1, tag="after-" + what)
+        self.assertEqual(result.code, gs.grpc.StatusCode.OK,
+                         "%s: a new client is served afterwards: %r" % (what, result))
+
+    def test_rapid_reset_ends_the_connection(self):
+        sock = self.connect()
+        burst = b"".join(frame(HEADERS, END_HEADERS, stream, HEAD_BLOCK) +
+                         frame(RST_STREAM, 0, stream, struct.pack(">I", CANCEL))
+                         for stream in range(1, 2 * 5000, 2))
+        try:
+            sock.sendall(burst)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed before all of it was read: the point
+        frames, closed = read_frames(sock)
+        self.assertGoneAway(frames, closed, "5000 streams opened and reset at once")
+        self.assertLess(len(self.backend.calls()), 100,
+                        "streams reset as they were opened must not each become a backend call")
+        self.assertStillServes("rapid reset")
+
+    def test_continuation_flood_ends_the_connection(self):
+        sock = self.connect()
+        flood = frame(HEADERS, 0, 1, HEAD_BLOCK[:2]) + b"".join(
+            frame(CONTINUATION, 0, 1, b"\x40\x01x\x01y") for _ in range(2000))
+        try:
+            sock.sendall(flood)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        frames, closed = read_frames(sock)
+        self.assertGoneAway(frames, closed, "a head continued 2000 times")
+        self.assertEqual(self.backend.calls(), [], "a head that never ended reached the backend")
+        self.assertStillServes("continuation flood")
+
+    def test_garbage_after_the_preface_ends_the_connection(self):
+        sock = self.connect()
+        try:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 4)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        frames, closed = read_frames(sock)
+        self.assertGoneAway(frames, closed, "HTTP/1.1 bytes after the HTTP/2 preface")
+        self.assertEqual(self.backend.calls(), [], "nothing reaches the backend")
+        self.assertStillServes("garbage")
+
+
+if __name__ == "__main__":
+    unittest.main()
