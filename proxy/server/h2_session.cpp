@@ -208,9 +208,25 @@ io::Awaitable<void> H2Session::ServeStream(std::shared_ptr<H2Session> self, std:
   if (--running_ == 0) {
     idle_(true);
     if (over_) done_.cancel();
+    EndIfDraining();
   }
   Flush();
   self.reset();
+}
+
+void H2Session::EndIfDraining() {
+  // Shutting down: the drain closed the connections idle when it began; one that was busy ends
+  // once its last stream has, with a GOAWAY that tells the client to go elsewhere (as nginx and
+  // Envoy do), instead of holding the shutdown until timeouts.idle.
+  if (running_ != 0 || over_ || !worker_.shared().draining.load(std::memory_order_relaxed)) return;
+  codec_.GoAway(h2::kNoError);
+  over_ = true;
+  WakeAll();
+  Flush();  // the writer sends the GOAWAY, then ends the read loop
+  if (!writing_) {
+    error_code ignored;
+    client_.socket().cancel(ignored);
+  }
 }
 
 void H2Session::LogAccess(const Stream& stream) const {

@@ -57,6 +57,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   io::Awaitable<void> Handle(Stream& stream);
   void WakeAll();
   void LogAccess(const Stream& stream) const;  // its access line (access_log), as HTTP/1.1's
+  void EndIfDraining();  // shutting down and no stream open: GOAWAY, then the connection ends
 
   Worker& worker_;
   tls::ServerStream& client_;

@@ -36,6 +36,7 @@ shared fences and verified raises that pass over gRPC, and the h2 load benchmark
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -246,6 +247,31 @@ class GrpcAccessLogTest(GrpcTestCase):
         for field, value in expected_refused.items():
             self.assertEqual(refused.get(field), value, "refused call: %s in %r" % (field, refused))
         self.assertNotIn("upstream_status", refused, "a refused call never reached the backend")
+
+
+class GrpcShutdownTest(GrpcTestCase):
+    """SIGTERM drains HTTP/2 connections as it drains HTTP/1.1 ones."""
+
+    def test_a_busy_connection_ends_with_its_last_call(self):
+        # gRPC clients keep their connection open; one busy when the drain begins must end once
+        # its calls have (GOAWAY), not hold the shutdown until timeouts.shutdown.
+        proxy = self.start(timeouts={"connect": "1s", "request": "10s", "idle": "60s",
+                                     "header_read": "5s", "shutdown": "30s"})
+        channel = self.channel(proxy)
+        self.put(channel, 3, "before")
+        self.backend.hold("Put")
+        held = gs.start_unary(channel, b"held", token=3, tag="held")
+        self.backend.wait_call("held", held=True, client=held)
+        started = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        # The drain has begun (not ready) while the call is still held: the connection is busy.
+        wait_for(lambda: proxy.admin("GET", "/readyz")[0] == 503, what="/readyz 503 while draining")
+        self.backend.release()
+        self.assertEqual(gs.finish(held).code, Code.OK, "a call in flight at SIGTERM completes")
+        proxy.wait_exit(timeout=30)
+        took = time.monotonic() - started
+        self.assertLess(took, 15, "the proxy exits once the last call has ended (it took %.1fs; "
+                        "timeouts.shutdown is 30s)" % took)
 
 
 class GrpcRefusalTest(GrpcTestCase):
