@@ -39,12 +39,6 @@ namespace {
 // HTTP/2 window.
 constexpr size_t kHighWater = 64 * 1024;
 
-std::string Lower(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = AsciiLower(c);
-  return lower;
-}
-
 }  // namespace
 
 struct H2Session::Stream {
@@ -362,9 +356,9 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     if (!identity_header.empty() && EqualsIgnoreCase(field.name, identity_header)) continue;
     upstream_head.push_back(field);
   }
-  if (plan.rewrite_token) upstream_head.push_back({Lower(plan.drop_header), std::to_string(plan.token)});
+  if (plan.rewrite_token) upstream_head.push_back({ToAsciiLower(plan.drop_header), std::to_string(plan.token)});
   if (!identity_header.empty() && !identity_.joined.empty()) {
-    upstream_head.push_back({Lower(identity_header), identity_.joined});
+    upstream_head.push_back({ToAsciiLower(identity_header), identity_.joined});
   }
 
   error_code ec;

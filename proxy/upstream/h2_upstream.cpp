@@ -230,15 +230,22 @@ io::Awaitable<std::shared_ptr<H2Upstream::Stream>> H2Upstream::Open(const h2::He
   co_return stream;
 }
 
+namespace {
+// A stream whose frames can still go: open, on a connection that has not failed.
+bool Live(const H2Upstream::Stream& stream, const H2Upstream::Connection* connection) {
+  return !stream.closed && connection && !connection->dead;
+}
+}  // namespace
+
 bool H2Upstream::Send(Stream& stream, std::string_view bytes, bool end_stream) {
-  if (stream.closed || !stream.connection_ || stream.connection_->dead) return false;
+  if (!Live(stream, stream.connection_.get())) return false;
   const bool ok = stream.connection_->codec.SubmitData(stream.id_, bytes, end_stream);
   stream.connection_->Flush();
   return ok;
 }
 
 bool H2Upstream::Finish(Stream& stream, const h2::Headers& trailers) {
-  if (stream.closed || !stream.connection_ || stream.connection_->dead) return false;
+  if (!Live(stream, stream.connection_.get())) return false;
   const bool ok = stream.connection_->codec.SubmitTrailers(stream.id_, trailers);
   stream.connection_->Flush();
   return ok;
@@ -260,7 +267,7 @@ void H2Upstream::Consume(Stream& stream, size_t n) {
 }
 
 size_t H2Upstream::Queued(const Stream& stream) const {
-  if (stream.closed || !stream.connection_ || stream.connection_->dead) return 0;
+  if (!Live(stream, stream.connection_.get())) return 0;
   return stream.connection_->codec.Queued(stream.id_);
 }
 
