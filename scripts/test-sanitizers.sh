@@ -79,7 +79,9 @@ run_integration() {  # build-dir sanitizer module...
   report() {  # module: prints its log, says whether it failed
     echo "=== integration.$1"
     cat "$logs/$1.log"
-    [ "$(cat "$logs/$1.rc")" = 0 ]
+    [ "$(cat "$logs/$1.rc")" = 0 ] && return 0
+    failures+=("$mode: integration.$1")
+    return 1
   }
   for module in "$@"; do
     run_module "$module" &
@@ -105,6 +107,7 @@ check_proxy_reports() {
   for f in "$report_dir"/proxy-stderr.*; do
     [ -e "$f" ] || continue
     if grep -Eq "$pattern" "$f"; then
+      failures+=("$mode: a sanitizer report in fencing-proxy's stderr ($(basename "$f"))")
       echo "=== sanitizer report in a fencing-proxy process ($(basename "$f")):" >&2
       grep -Ev '^\{' "$f" >&2  # the report, without the proxy's JSON log lines
       found=1
@@ -124,6 +127,13 @@ configure() {  # dir sanitizer [cmake options]
 all_integration=()
 for f in tests/integration/test_*.py; do all_integration+=("$(basename "$f" .py)"); done
 
+# What failed, printed again at the very end: CI often shows only the tail of the output.
+failures=()
+# ctest's list of failed tests from its output in $1, as "name name ...".
+ctest_failed() {
+  sed -n '/The following tests FAILED/,$p' "$1" | sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\).*/\1/p' | tr '\n' ' '
+}
+
 status=0
 for mode in "${modes[@]}"; do
   start=$SECONDS
@@ -139,8 +149,11 @@ for mode in "${modes[@]}"; do
       cmake --build "$dir" -j"$jobs"
       built=$SECONDS
       # shellcheck disable=SC2086  # CTEST_ARGS is a list of words
-      ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" -E '^(integration|differential)\.' ${CTEST_ARGS:-} ||
+      if ! ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$jobs" -E '^(integration|differential)\.' ${CTEST_ARGS:-} \
+          2>&1 | tee "$report_dir/ctest.log"; then
         status=1
+        failures+=("$mode: unit tests $(ctest_failed "$report_dir/ctest.log")")
+      fi
       # shellcheck disable=SC2086
       run_integration "$dir" address ${INTEGRATION_TESTS:-${all_integration[@]}} || status=1
       ;;
@@ -153,7 +166,7 @@ for mode in "${modes[@]}"; do
       built=$SECONDS
       # The gtest binaries run whole (one process each is faster than one per test case).
       for t in "${tsan_tests[@]}"; do
-        "$dir/tests/$t" || status=1
+        "$dir/tests/$t" || { status=1; failures+=("$mode: $t"); }
       done
       run_integration "$dir" thread test_order || status=1
       ;;
@@ -165,4 +178,5 @@ for mode in "${modes[@]}"; do
   check_proxy_reports || status=1
   echo "=== $mode: build $((built - start))s, tests $((SECONDS - built))s"
 done
+for f in "${failures[@]}"; do echo "=== FAILED under a sanitizer: $f" >&2; done
 exit $status
