@@ -15,10 +15,18 @@ ECDSA P-256 certificate made at start, the same TLS settings on all three, check
 `openssl s_client` at start): requests over TLS keep-alive, new connections per second with full
 and with resumed handshakes (bench/tls_handshakes.py), memory per idle TLS connection.
 
+The HTTP/2 workloads (--workloads h2) run each target a third time, speaking h2c (prior
+knowledge) to h2load and to an h2c backend of their own (nginx with `listen … http2`):
+equal-token PUTs and gRPC unary calls, several connections × several concurrent streams, every
+status seen by h2load, latency percentiles from its per-request log, and each run checked
+against the backend's request count (stub_status) and fencing-proxy's `forwarded`.
+
   bench/run.sh                       full run of the plain workloads (9 rounds; about 20 minutes)
-  bench/run.sh --workloads tls       the TLS workloads (9 rounds; about 16 minutes); `all`: both
-  bench/run.sh --smoke               one short round of the plain workloads and a short TLS check;
-                                     exit 1 on any non-2xx or socket error (for CI; under 90 s)
+  bench/run.sh --workloads tls       the TLS workloads (9 rounds; about 16 minutes)
+  bench/run.sh --workloads h2        the HTTP/2 workloads (9 rounds; about 8 minutes); `all`: all
+  bench/run.sh --smoke               one short round of the plain workloads, a short TLS check and
+                                     one second of gRPC per target; exit 1 on any non-2xx or
+                                     socket error (for CI; under 90 s)
   bench/run.sh --binary PATH         another fencing-proxy binary (default build/proxy/fencing-proxy)
   bench/run.sh --targets fencing-proxy,nginx --workloads put_equal --rounds 3 --seconds 5
 
@@ -82,15 +90,35 @@ TLS_WORKLOADS = {
     "tls_resume": "TLS: connection per GET, resumed session (conns/s)",
     "tls_idle": "TLS: memory per idle connection",
 }
-WORKLOADS = dict(PLAIN_WORKLOADS, **TLS_WORKLOADS)
+# HTTP/2 with prior knowledge (h2c) from h2load to each target and from each target to one h2c
+# backend (a third process of each target, and a backend of their own, started when one is
+# chosen).
+H2_WORKLOADS = {
+    "h2_put_equal": "h2c: PUT equal token, conns × streams",
+    "grpc_unary": "gRPC unary call, equal token, conns × streams",
+}
+WORKLOADS = dict(PLAIN_WORKLOADS, **TLS_WORKLOADS, **H2_WORKLOADS)
 WORKLOAD_GROUPS = {"plain": list(PLAIN_WORKLOADS), "tls": list(TLS_WORKLOADS),
-                   "all": list(PLAIN_WORKLOADS) + list(TLS_WORKLOADS)}
+                   "h2": list(H2_WORKLOADS),
+                   "all": list(PLAIN_WORKLOADS) + list(TLS_WORKLOADS) + list(H2_WORKLOADS)}
 # Measured after the rounds, as the plain idle test is: not a timed run of its own.
 AFTER_ROUNDS = ("tls_idle",)
 # What --smoke adds to the plain workloads when --workloads is not given (about 10 s): the TLS
 # listeners start, negotiate the same parameters (full handshakes of s_client and Python), serve
 # requests over keep-alive and over new connections that resume a session.
 SMOKE_TLS = ("tls_put_equal", "tls_resume")
+# And of the HTTP/2 ones (about 5 s): the h2c listeners and backend start, every proxy passes a
+# gRPC call and its grpc-status trailer (checked with nghttp at start), one 1-second run each.
+SMOKE_H2 = ("grpc_unary",)
+# The targets that get an h2c listener (the log variants have none).
+H2_TARGETS = ("nginx", "haproxy", "fencing-proxy", "fencing-proxy-base")
+H2_CLIENTS = 4            # h2load connections (-c) ...
+H2_STREAMS = 8            # ... each with this many concurrent streams (-m): 32 in flight
+GRPC_PATH = "/bench.v1.Store/Put"     # route grpc of configs/fencing-proxy-h2.yaml
+# The gRPC request: one length-prefixed message (flag 0, 4-byte big-endian length), a protobuf
+# {1: "k1", 2: 100 bytes}; the backend's reply {1: "ok"} (configs/nginx-backend-h2.conf).
+GRPC_REQUEST_MSG = b"\x0a\x02k1\x12\x64" + b"e" * 100
+GRPC_REPLY_MSG = b"\x0a\x02ok"
 TLS_CLIENTS = 4           # worker processes of bench/tls_handshakes.py
 EQUAL_TOKEN = "1000"      # the eq fence is raised to this once; every equal-token PUT carries it
 EQ_PATH = "/eq/1"
@@ -103,7 +131,8 @@ TOKEN_STRIDE = 10 ** 9    # each raise run gets its own token range: run n start
 PROC_TIMEOUT = 10.0       # seconds for a process to start or stop
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PACKAGES = {"nginx": "nginx", "haproxy": "haproxy", "wrk": "wrk", "strace": "strace",
-            "taskset": "util-linux", "openssl": "openssl"}
+            "taskset": "util-linux", "openssl": "openssl", "h2load": "nghttp2-client",
+            "nghttp": "nghttp2-client"}
 PARSER_PACKAGE = "python3-prometheus-client"   # /metrics is read with its parser
 DEBIAN_PYTHON = "/usr/bin/python3"             # the python that Debian's python3-* packages are for
 
@@ -431,6 +460,146 @@ def start_nginx_backend(sup, workdir, cpu=None):
     return proc, port
 
 
+# ---------------------------------------------------------------------------------------------
+# HTTP/2: the h2c backend, one call with nghttp, h2load's results
+
+def grpc_frame(msg):
+    """One gRPC length-prefixed message: flag 0 (not compressed), 4-byte big-endian length."""
+    return b"\x00" + len(msg).to_bytes(4, "big") + msg
+
+
+def start_h2_backend(sup, workdir, cpu=None):
+    """The h2c backend of the HTTP/2 workloads (configs/nginx-backend-h2.conf) on free ports,
+    registered with sup. -> (process, port, stub_status port)"""
+    port, status_port = free_ports(2)
+    reply = grpc_frame(GRPC_REPLY_MSG).decode("latin-1")
+    if any(c in reply for c in '"\\$;{}'):
+        raise BenchError("the gRPC reply's bytes cannot be written in an nginx string")
+    cfg = render("nginx-backend-h2.conf", os.path.join(workdir, "nginx-backend-h2.conf"),
+                 WORKDIR=workdir, BACKEND_PORT=port, STATUS_PORT=status_port, GRPC_REPLY=reply)
+    out = os.path.join(workdir, "nginx-backend-h2.out")
+    proc = sup.spawn("backend-h2", [find_tool("nginx"), "-p", workdir, "-e",
+                                    os.path.join(workdir, "nginx-backend-h2.error.log"), "-c", cfg],
+                     out, cpu=cpu)
+    wait_ready(proc, status_port, "/", "h2c backend nginx (stub_status)", out)
+    wait_ready_h2(proc, port, "h2c backend nginx", out)
+    return proc, port, status_port
+
+
+def backend_requests(status_port):
+    """The requests nginx's stub_status has counted (this one included)."""
+    status, body = http_get(status_port, "/")
+    m = re.search(rb"^\s*(\d+)\s+(\d+)\s+(\d+)\s*$", body, re.M)
+    if status != 200 or not m:
+        raise BenchError("h2c backend stub_status answered %d %r" % (status, body[:200]))
+    return int(m.group(3))
+
+
+def nghttp_call(port, path, method="GET", headers=(), body_file=None, timeout=5.0):
+    """One HTTP/2 request with prior knowledge (`nghttp -v`, the body discarded) -> {"status",
+    "headers": [(name, value)], "trailers": [(name, value)] (fields after the first DATA frame),
+    "data_bytes", "error"}."""
+    argv = [find_tool("nghttp"), "-v", "-n", "-t", "%g" % timeout, "-H", ":method: %s" % method]
+    for h in headers:
+        argv += ["-H", h]
+    if body_file:
+        argv += ["-d", body_file]
+    argv.append("http://127.0.0.1:%d%s" % (port, path))
+    out = {"status": None, "headers": [], "trailers": [], "data_bytes": 0, "error": None}
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=timeout + 5, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        out["error"] = "nghttp timed out"
+        return out
+    text = (r.stdout + r.stderr).decode("utf-8", "replace")
+    seen_data = False
+    for line in text.splitlines():
+        m = re.match(r"^\[\s*[\d.]+\] recv DATA frame <length=(\d+)", line)
+        if m:
+            seen_data = True
+            out["data_bytes"] += int(m.group(1))
+            continue
+        m = re.match(r"^\[\s*[\d.]+\] recv \(stream_id=\d+\) ([^:\s][^:]*|:[a-z]+): (.*)$", line)
+        if m:
+            field = (m.group(1), m.group(2).strip())
+            if field[0] == ":status":
+                out["status"] = int(field[1])
+            (out["trailers"] if seen_data else out["headers"]).append(field)
+    if r.returncode != 0 or out["status"] is None:
+        out["error"] = "nghttp exit %d: %s" % (r.returncode, text[-800:])
+    return out
+
+
+def wait_ready_h2(proc, port, what, log_path, timeout=PROC_TIMEOUT):
+    """Until an h2c GET /eq/1 gets a 200 (the listener and its backend both up)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        r = nghttp_call(port, EQ_PATH, timeout=1.0)
+        if r["status"] == 200:
+            return
+        last = r["error"] or "HTTP %s" % r["status"]
+        time.sleep(0.1)
+    tail = ""
+    try:
+        with open(log_path, "rb") as f:
+            tail = f.read()[-3000:].decode("utf-8", "replace")
+    except OSError:
+        pass
+    raise BenchError("%s did not answer h2c on port %d (exit %s, last %s)\n%s"
+                     % (what, port, proc.poll(), last, tail))
+
+
+def h2load_result(sup, proc, out, log_file, seconds):
+    """Waits for an h2load run -> a result shaped as wrk_result's: requests (done), rps,
+    latency_us percentiles computed from --log-file (each request's time from its start to the
+    end of its response), status counts (h2load sees every response's status)."""
+    try:
+        proc.wait(timeout=seconds + 60)
+    except subprocess.TimeoutExpired:
+        sup.stop(proc, signal.SIGKILL)
+        raise BenchError("h2load did not finish (output in %s)" % out)
+    sup.stop(proc)
+    with open(out, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    fin = re.search(r"^finished in ([\d.]+)(m?s), ([\d.]+) req/s", text, re.M)
+    req = re.search(r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                    r"(\d+) failed, (\d+) errored, (\d+) timeout", text, re.M)
+    codes = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text, re.M)
+    if proc.returncode != 0 or not (fin and req and codes):
+        raise BenchError("h2load failed (exit %s); output %s:\n%s"
+                         % (proc.returncode, out, text[-3000:]))
+    latencies, first_bad = [], None
+    with open(log_file, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split("\t")
+            if len(parts) < 3:
+                continue
+            status, us = int(parts[1]), int(parts[2])
+            if status // 100 == 2:
+                latencies.append(us)
+            elif first_bad is None:
+                first_bad = "status %d" % status if status >= 0 else "failed stream"
+    latencies.sort()
+
+    def pct(q):
+        if not latencies:
+            return 0
+        return latencies[min(len(latencies) - 1, max(0, int(-(-q * len(latencies) // 100)) - 1))]
+    seconds_run = float(fin.group(1)) / (1000.0 if fin.group(2) == "ms" else 1.0)
+    done, succeeded, failed, errored, timeouts = (int(req.group(i)) for i in (3, 4, 5, 6, 7))
+    c2, c3, c4, c5 = (int(codes.group(i)) for i in (1, 2, 3, 4))
+    return {"requests": done, "succeeded": succeeded, "seconds": seconds_run,
+            "rps": float(fin.group(3)),
+            "latency_us": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "p99_9": pct(99.9),
+                           "max": latencies[-1] if latencies else 0,
+                           "mean": round(sum(latencies) / len(latencies), 1) if latencies else 0},
+            "errors": {"failed": failed, "errored": errored, "timeout": timeouts, "status": c4 + c5},
+            "socket_errors": failed, "status_checked": True, "non2xx": c3 + c4 + c5,
+            "first_non2xx": first_bad if (c3 + c4 + c5) else None,
+            "logged": len(latencies)}
+
+
 def version_of(argv):
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=10,
@@ -612,6 +781,12 @@ class Bench:
         self.tls_client = None    # ssl.SSLContext that verifies the certificate
         self.tls_checks = {}      # target -> what s_client and Python's client negotiated
         self.tls_problems = []
+        self.h2_targets = {}      # the same targets with an h2c listener and backend (HTTP/2 workloads)
+        self.h2_backend = None
+        self.h2_backend_port = self.h2_status_port = self.h2_backend_pid = None
+        self.h2_checks = {}       # target -> what one call of each HTTP/2 workload got (nghttp)
+        self.h2_problems = []
+        self.h2_bodies = {}       # workload -> the request body file h2load sends
         self.backend = None
         self.backend_port = None
         self.backend_pid = None
@@ -642,7 +817,15 @@ class Bench:
 
     # -- start-up --------------------------------------------------------------------------
 
+    def needs_plain(self):
+        """The HTTP/1.1 targets (and their backend) serve every workload but the HTTP/2 ones."""
+        return any(w not in H2_WORKLOADS for w in self.args.workloads)
+
     def start(self):
+        if any(w in H2_WORKLOADS for w in self.args.workloads):
+            self.start_h2()
+        if not self.needs_plain():
+            return
         self.backend, self.backend_port = start_nginx_backend(self.sup, self.workdir, cpu=self.proxy_cpu)
         self.backend_pid = self._nginx_worker(self.backend, "backend nginx")
         for name in ALL_TARGETS:
@@ -664,6 +847,122 @@ class Bench:
                                      % (t.name, path, EQUAL_TOKEN, status, body[:300]))
         if self.tls_targets:
             self.check_tls()
+
+    def start_h2(self):
+        """The h2c backend, each target's h2c process, both request bodies, each fence primed
+        to EQUAL_TOKEN over HTTP/2, and one call of each workload through each target checked."""
+        self.h2_backend, self.h2_backend_port, self.h2_status_port = start_h2_backend(
+            self.sup, self.workdir, cpu=self.proxy_cpu)
+        self.h2_backend_pid = self._nginx_worker(self.h2_backend, "h2c backend nginx")
+        for workload, body in (("h2_put_equal", b"e" * 128),
+                               ("grpc_unary", grpc_frame(GRPC_REQUEST_MSG))):
+            path = os.path.join(self.workdir, "%s.body" % workload)
+            with open(path, "wb") as f:
+                f.write(body)
+            self.h2_bodies[workload] = path
+        for name in H2_TARGETS:
+            if name in self.args.targets:
+                self.h2_targets[name] = self.start_h2_target(name)
+        skipped = [n for n in self.args.targets if n not in H2_TARGETS]
+        if skipped:
+            log("  h2       no h2c listener for %s: the HTTP/2 workloads skip it" % ", ".join(skipped))
+        for t in self.h2_targets.values():
+            for workload in H2_WORKLOADS:
+                r = self.h2_call(t, workload)
+                if r["status"] != 200 or (workload == "grpc_unary"
+                                          and ("grpc-status", "0") not in r["trailers"]):
+                    raise BenchError("%s: priming %s with %s: %s over h2c -> %s"
+                                     % (t.name, self.h2_path(workload), "x-fencing-token: "
+                                        + EQUAL_TOKEN, workload, r))
+        self.check_h2()
+
+    @staticmethod
+    def h2_path(workload):
+        return GRPC_PATH if workload == "grpc_unary" else EQ_PATH
+
+    @staticmethod
+    def h2_headers(workload):
+        """The request's fields beside :path; the method is PUT for h2_put_equal, POST (h2load's
+        -d) for gRPC."""
+        if workload == "grpc_unary":
+            return ["content-type: application/grpc", "te: trailers",
+                    "x-fencing-token: " + EQUAL_TOKEN]
+        return ["content-type: application/octet-stream", "x-fencing-token: " + EQUAL_TOKEN]
+
+    def h2_call(self, t, workload):
+        return nghttp_call(t.port, self.h2_path(workload),
+                           method="POST" if workload == "grpc_unary" else "PUT",
+                           headers=self.h2_headers(workload), body_file=self.h2_bodies[workload])
+
+    def check_h2(self):
+        """One call of each HTTP/2 workload straight to the backend and through each target, with
+        nghttp: 200, and for gRPC content-type application/grpc, the reply message's bytes and
+        grpc-status 0 in the trailers. The targets must agree with the backend."""
+        calls = [("backend", self.h2_backend_port)] + [(n, t.port) for n, t in self.h2_targets.items()]
+        want = len(grpc_frame(GRPC_REPLY_MSG))
+        for name, port in calls:
+            check = {}
+            for workload in H2_WORKLOADS:
+                t = Target(name, port, None, None)
+                r = self.h2_call(t, workload)
+                fields = dict(r["headers"])
+                c = {"status": r["status"], "content_type": fields.get("content-type"),
+                     "data_bytes": r["data_bytes"], "trailers": r["trailers"]}
+                bad = []
+                if r["error"] or r["status"] != 200:
+                    bad.append(r["error"] or "status %s" % r["status"])
+                if workload == "grpc_unary":
+                    if ("grpc-status", "0") not in r["trailers"]:
+                        bad.append("no grpc-status: 0 trailer (trailers %s)" % r["trailers"])
+                    if c["content_type"] != "application/grpc":
+                        bad.append("content-type %s" % c["content_type"])
+                    if r["data_bytes"] != want:
+                        bad.append("%d bytes of DATA, not the %d-byte reply" % (r["data_bytes"], want))
+                if bad:
+                    c["error"] = "; ".join(bad)
+                    self.h2_problems.append("%s %s: %s" % (name, workload, c["error"]))
+                check[workload] = c
+            self.h2_checks[name] = check
+            g = check.get("grpc_unary", {})
+            log("  h2       %-13s PUT %s -> %s; gRPC -> %s, %s, %d data bytes, trailers %s%s"
+                % (name, EQ_PATH, check["h2_put_equal"]["status"], g.get("status"),
+                   g.get("content_type"), g.get("data_bytes", 0),
+                   ", ".join("%s: %s" % kv for kv in g.get("trailers", [])) or "none",
+                   "  PROBLEM: " + "; ".join(c["error"] for c in check.values() if c.get("error"))
+                   if any(c.get("error") for c in check.values()) else ""))
+
+    def start_h2_target(self, name):
+        """A target's h2c process: an h2c listener (prior knowledge) and the h2c backend."""
+        w, backend_port = self.workdir, self.h2_backend_port
+        port, admin_port = free_ports(2)
+        label = name + "-h2"
+        out = os.path.join(w, "%s.out" % label)
+        if name == "nginx":
+            cfg = render("nginx-proxy-h2.conf", os.path.join(w, "%s.conf" % label), WORKDIR=w,
+                         PORT=port, BACKEND_PORT=backend_port)
+            proc = self.sup.spawn(label, [find_tool("nginx"), "-p", w, "-e", os.path.join(
+                w, "%s.error.log" % label), "-c", cfg], out, cpu=self.proxy_cpu)
+            wait_ready_h2(proc, port, "nginx h2c proxy", out)
+            return Target(name, port, proc, self._nginx_worker(proc, "nginx h2c proxy"))
+        if name == "haproxy":
+            cfg = render("haproxy-h2.cfg", os.path.join(w, "%s.cfg" % label), PORT=port,
+                         BACKEND_PORT=backend_port)
+            proc = self.sup.spawn(label, [find_tool("haproxy"), "-db", "-f", cfg], out,
+                                  cpu=self.proxy_cpu)
+            wait_ready_h2(proc, port, "haproxy h2c", out)
+            return Target(name, port, proc, proc.pid)
+        cfg_dir = os.path.join(w, "%s-config" % label)     # its own directory, as start_target's
+        os.makedirs(cfg_dir, exist_ok=True)
+        state_dir = os.path.join(self.state_dir, label)
+        os.makedirs(state_dir, exist_ok=True)
+        cfg = render("fencing-proxy-h2.yaml", os.path.join(cfg_dir, "fencing-proxy.yaml"),
+                     PORT=port, ADMIN_PORT=admin_port, BACKEND_PORT=backend_port,
+                     STATE_DIR=state_dir)
+        binary = self.args.base_binary if name == "fencing-proxy-base" else self.args.binary
+        proc = self.sup.spawn(label, [binary, "--config", cfg], out, cpu=self.proxy_cpu)
+        wait_ready(proc, admin_port, "/readyz", "fencing-proxy h2c (admin /readyz)", out)
+        wait_ready_h2(proc, port, "fencing-proxy h2c", out)
+        return Target(name, port, proc, proc.pid, admin_port=admin_port)
 
     def tls_for(self, t):
         return self.tls_client if t.tls else None
@@ -788,15 +1087,19 @@ class Bench:
         raise BenchError("%s: no worker process under master %d" % (what, master.pid))
 
     def check_alive(self):
-        for name, proc in [("backend", self.backend)] + [
+        for name, proc in [("backend", self.backend), ("h2c backend", self.h2_backend)] + [
                 (t.name + (" (TLS)" if t.tls else ""), t.proc)
-                for t in list(self.targets.values()) + list(self.tls_targets.values())]:
+                for t in list(self.targets.values()) + list(self.tls_targets.values())] + [
+                (t.name + " (h2c)", t.proc) for t in self.h2_targets.values()]:
+            if proc is None:
+                continue
             if proc.poll() is not None:
                 raise BenchError("%s exited (status %s) during the benchmark; logs in %s"
                                  % (name, proc.returncode, self.workdir))
 
-    def order(self, round_no):
-        names = [n for n in ALL_TARGETS if n in self.targets]
+    def order(self, round_no, group=None):
+        group = self.targets if group is None else group
+        names = [n for n in ALL_TARGETS if n in group]
         k = round_no % len(names)
         return names[k:] + names[:k]
 
@@ -829,6 +1132,32 @@ class Bench:
         proc = self.sup.spawn("tls_handshakes", argv, out)    # on the load core, as wrk
         return proc, out, seconds
 
+    def h2load_start(self, target, workload, seconds, tag=""):
+        """h2load against an h2c target: --h2-clients connections (one thread, on the load core
+        as wrk), each with --h2-streams concurrent streams, for `seconds`; every request's status
+        and latency in a log file. -> a handle for h2load_finish."""
+        self.run_no += 1
+        base = os.path.join(self.workdir, "runs", "%04d-%s-%s" % (self.run_no, target.name, tag))
+        out, log_file = base + ".txt", base + ".log"
+        argv = [find_tool("h2load"), "-t", "1", "-c", str(self.args.h2_clients),
+                "-m", str(self.args.h2_streams), "-D", "%dms" % round(seconds * 1000),
+                "--log-file", log_file, "-d", self.h2_bodies[workload]]
+        if workload != "grpc_unary":
+            argv += ["-H", ":method: PUT"]          # -d alone sends POST
+        for h in self.h2_headers(workload):
+            argv += ["-H", h]
+        argv.append("http://127.0.0.1:%d%s" % (target.port, self.h2_path(workload)))
+        proc = self.sup.spawn("h2load", argv, out)
+        return proc, out, log_file, seconds
+
+    def h2load_finish(self, handle):
+        proc, out, log_file, seconds = handle
+        r = h2load_result(self.sup, proc, out, log_file, seconds)
+        r["output"] = os.path.relpath(out, self.workdir)
+        if not self.args.keep_workdir:
+            os.unlink(log_file)          # a line per request: tens of MB over a run
+        return r
+
     def wrk_finish(self, handle, stop_marker=False):
         proc, out, seconds = handle
         if stop_marker:     # a fixed request count: SIGINT once the Lua side says it is done
@@ -854,11 +1183,16 @@ class Bench:
             fsync = append_fdatasync_rate(self.state_dir, self.args.fsync_seconds)
             self.fsync.append({"round": round_no, "workload": workload,
                                "syncs_per_s": round(fsync, 1)})
+        h2 = workload in H2_WORKLOADS
+        backend_pid = self.h2_backend_pid if h2 else self.backend_pid
         c0 = fencing_counters(t.admin_port) if fp else None
-        ticks0, bticks0 = cpu_ticks(t.pid), cpu_ticks(self.backend_pid)
+        b0 = backend_requests(self.h2_status_port) if h2 else None
+        ticks0, bticks0 = cpu_ticks(t.pid), cpu_ticks(backend_pid)
         side = None
         conns = self.args.connections
-        if workload == "get":
+        if h2:
+            main = self.h2load_start(t, workload, seconds, tag=workload)
+        elif workload == "get":
             main = self.wrk_start(t, "get.lua", 1, conns, seconds, [EQ_PATH], tag=workload)
         elif workload == "put_equal":
             main = self.wrk_start(t, "put_equal.lua", 1, conns, seconds, [EQUAL_TOKEN, EQ_PATH],
@@ -893,9 +1227,9 @@ class Bench:
             main = self.handshakes_start(t, seconds, workload == "tls_resume", tag=workload)
         else:
             raise BenchError("unknown workload %s" % workload)
-        r = self.wrk_finish(main)
+        r = self.h2load_finish(main) if h2 else self.wrk_finish(main)
         s = self.wrk_finish(side) if side else None
-        ticks1, bticks1 = cpu_ticks(t.pid), cpu_ticks(self.backend_pid)
+        ticks1, bticks1 = cpu_ticks(t.pid), cpu_ticks(backend_pid)
         vm = vm_status(t.pid)
         total = r["requests"] + (s["requests"] if s else 0)
         run = {
@@ -914,6 +1248,12 @@ class Bench:
         }
         if "tls" in r:      # bench/tls_handshakes.py: what the connections negotiated
             run["tls"] = r["tls"]
+        if h2:
+            # Every 2xx the client got must have been the backend's: the requests stub_status
+            # counted during the run (less its own second look) are at least the successes.
+            run["succeeded"] = r["succeeded"]
+            run["latency_us_mean"] = r["latency_us"]["mean"]
+            run["backend_requests"] = backend_requests(self.h2_status_port) - b0 - 1
         if s:
             run["side"] = {k: s[k] for k in ("requests", "latency_us", "errors", "non2xx",
                                              "first_non2xx", "socket_errors")}
@@ -937,6 +1277,12 @@ class Bench:
                                for k, v in c1["outcomes"].items()
                                if v - c0["outcomes"].get(k, 0.0) > 0}
         run["problems"] = self.problems(run, s)
+        if h2 and run["backend_requests"] < run["succeeded"]:
+            run["problems"].append("the backend served %d requests, the client got %d successes"
+                                   % (run["backend_requests"], run["succeeded"]))
+        if h2 and fp and run["outcomes"].get("forwarded", 0) < run["succeeded"]:
+            run["problems"].append("fencing-proxy forwarded %d, the client got %d successes"
+                                   % (run["outcomes"].get("forwarded", 0), run["succeeded"]))
         self.runs.append(run)
         return run
 
@@ -1094,12 +1440,17 @@ class Bench:
             for t, script, sargs in warm:
                 self.wrk_finish(self.wrk_start(t, script, 1, a.connections, a.warmup, sargs,
                                                tag="warmup"))
+            for w in (w for w in timed if w in H2_WORKLOADS):
+                for t in self.h2_targets.values():
+                    self.h2load_finish(self.h2load_start(t, w, a.warmup, tag="warmup"))
         for rnd in range(a.rounds):
             log("[round %d/%d] load average %.2f" % (rnd + 1, a.rounds, os.getloadavg()[0]))
             for w in timed:
-                for name in self.order(rnd):
+                group = (self.tls_targets if w in TLS_WORKLOADS else
+                         self.h2_targets if w in H2_WORKLOADS else self.targets)
+                for name in self.order(rnd, group):
                     self.check_alive()
-                    t = (self.tls_targets if w in TLS_WORKLOADS else self.targets)[name]
+                    t = group[name]
                     r = self.measure(rnd, w, t, a.seconds)
                     extra = ""
                     if r.get("syncs_per_raise") is not None:
@@ -1113,12 +1464,18 @@ class Bench:
                     if "tls" in r:
                         extra += "  resumed %d  proxy CPU busy %.0f%%" % (
                             r["tls"]["resumed"], 100 * (r["cpu_busy"] or 0))
+                    if "backend_requests" in r:
+                        extra += "  proxy CPU busy %.0f%%  backend served %d" % (
+                            100 * (r["cpu_busy"] or 0), r["backend_requests"])
                     log("  %-12s %-13s %9.0f req/s  p50 %6.2f  p99 %6.2f  p99.9 %6.2f ms  "
                         "cpu %6.1f us/req%s%s"
                         % (w, name, r["rps"], r["latency_us"]["p50"] / 1000,
                            r["latency_us"]["p99"] / 1000, r["latency_us"]["p99_9"] / 1000,
                            r["cpu_us_per_req"] or 0, extra,
                            ("  PROBLEM: " + "; ".join(r["problems"])) if r["problems"] else ""))
+        if not self.targets:        # HTTP/2 workloads only: no HTTP/1.1 targets to look at
+            self.check_alive()
+            return
         if a.strace_requests > 0:
             for name in self.order(0):
                 self.check_alive()
@@ -1350,6 +1707,28 @@ def goals_keys(summary):
     return out
 
 
+def goals_h2(summary):
+    """[(goal, measured, met)] for fencing-proxy, as issue 26 (HTTP/2 and gRPC) states them:
+    at least nginx's requests per second and no more CPU per call."""
+    fp, W = "fencing-proxy", summary["workloads"]
+
+    def get(w, key, t=fp):
+        return W.get(w, {}).get(t, {}).get(key)
+
+    def fmt(x, f="%.2f"):
+        return "n/a" if x is None else f % x
+    out = []
+    for w in H2_WORKLOADS:
+        rr, cr = get(w, "ratio_rps"), get(w, "ratio_cpu")
+        out.append(("%s: ≥ 1.0× nginx req/s; CPU µs/request ≤ nginx's" % WORKLOADS[w],
+                    "%s× nginx req/s; CPU %s vs %s µs/req (%s×); p99 %s× nginx"
+                    % (fmt(rr), fmt(get(w, "cpu_us_per_req"), "%.1f"),
+                       fmt(get(w, "cpu_us_per_req", REFERENCE), "%.1f"), fmt(cr),
+                       fmt(get(w, "ratio_p99"))),
+                    None if rr is None or cr is None else (rr >= 1.0 and cr <= 1.0)))
+    return out
+
+
 def table(summary, targets, workloads):
     W = summary["workloads"]
 
@@ -1471,17 +1850,21 @@ def parse_args(argv):
                    help="the fencing-proxy binary (default: build/proxy/fencing-proxy)")
     p.add_argument("--smoke", action="store_true",
                    help="one short round of the plain workloads and of %s (unless --workloads "
-                   "is given); exit 1 on any non-2xx/socket error" % ", ".join(SMOKE_TLS))
+                   "is given); exit 1 on any non-2xx/socket error" % ", ".join(SMOKE_TLS + SMOKE_H2))
     p.add_argument("--rounds", type=int, help="rounds per workload (default 9; smoke 1)")
     p.add_argument("--seconds", type=float, help="seconds per run (default 8; smoke 1)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per target")
     p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ", ".join(ALL_TARGETS))
     p.add_argument("--base-binary", help="the build before a change, run as target fencing-proxy-base")
     p.add_argument("--workloads",
-                   help="comma list of groups (plain, tls, all) and workloads (%s); default plain"
+                   help="comma list of groups (plain, tls, h2, all) and workloads (%s); default plain"
                    % ", ".join(WORKLOADS))
     p.add_argument("--tls-clients", type=int, default=TLS_CLIENTS,
                    help="client processes of tls_handshake and tls_resume (default %d)" % TLS_CLIENTS)
+    p.add_argument("--h2-clients", type=int, default=H2_CLIENTS,
+                   help="h2load connections of the HTTP/2 workloads (default %d)" % H2_CLIENTS)
+    p.add_argument("--h2-streams", type=int, default=H2_STREAMS,
+                   help="concurrent streams per h2load connection (default %d)" % H2_STREAMS)
     p.add_argument("--connections", type=int, default=32, help="connections for get/put_equal")
     p.add_argument("--fences", type=int, default=32, help="fences (and connections) for raise_fences")
     p.add_argument("--keys", type=int, default=10000, help="keys of the one fence raise_keys raises")
@@ -1515,7 +1898,7 @@ def parse_args(argv):
         if t not in ALL_TARGETS:
             p.error("unknown target %r" % t)
     if a.workloads is None:
-        names = list(PLAIN_WORKLOADS) + (list(SMOKE_TLS) if smoke else [])
+        names = list(PLAIN_WORKLOADS) + (list(SMOKE_TLS) + list(SMOKE_H2) if smoke else [])
     else:
         names = []
         for w in (w.strip() for w in a.workloads.split(",")):
@@ -1536,6 +1919,8 @@ def parse_args(argv):
         p.error("no workload chosen")
     if a.tls_clients < 1:
         p.error("--tls-clients must be positive")
+    if a.h2_clients < 1 or a.h2_streams < 1:
+        p.error("--h2-clients and --h2-streams must be positive")
     if a.key_conns < 1 or a.keys < a.key_conns:
         p.error("--key-conns must be positive and --keys at least --key-conns")
     a.binary = os.path.abspath(a.binary)
@@ -1545,6 +1930,9 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     started = time.monotonic()
+    for w in H2_WORKLOADS:          # the table's label says how many
+        WORKLOADS[w] = WORKLOADS[w].replace("conns × streams", "%d conns × %d streams"
+                                            % (args.h2_clients, args.h2_streams))
     sup = supervised()
 
     if "fencing-proxy" in args.targets and not os.access(args.binary, os.X_OK):
@@ -1565,6 +1953,7 @@ def main(argv):
             "wrk": version_of([find_tool("wrk"), "-v"]),
             "strace": version_of([find_tool("strace"), "-V"]),
             "openssl": version_of([find_tool("openssl"), "version"]),
+            "h2load": version_of([find_tool("h2load"), "--version"]),
             "fencing-proxy": (version_of([args.binary, "--version"])
                               if "fencing-proxy" in args.targets else None),
         },
@@ -1598,12 +1987,16 @@ def main(argv):
     summary = summarize(bench)
     gs = goals(summary, targets) if "fencing-proxy" in targets else []
     gk = goals_keys(summary) if "fencing-proxy" in targets else []
+    gh = goals_h2(summary) if "fencing-proxy" in targets and any(
+        w in H2_WORKLOADS for w in args.workloads) else []
     main_table, extra = table(summary, targets, args.workloads)
     gtable = goals_table(gs)
     gktable = goals_table(gk)
+    ghtable = goals_table(gh)
     problems = [dict(round=r["round"], workload=r["workload"], target=r["target"],
                      problems=r["problems"]) for r in bench.runs if r["problems"]]
     problems += [{"workload": "tls check", "target": "-", "problems": [p]} for p in bench.tls_problems]
+    problems += [{"workload": "h2 check", "target": "-", "problems": [p]} for p in bench.h2_problems]
     for t, v in bench.syscalls.items():
         if v.get("socket_errors") or v.get("non2xx"):
             problems.append({"workload": "strace put_equal", "target": t,
@@ -1618,6 +2011,8 @@ def main(argv):
         log("## Goals (issue 7)\n\n" + gtable + "\n")
     if gk:
         log("## Goals (issue 12: fence keys)\n\n" + gktable + "\n")
+    if gh:
+        log("## Goals (issue 26: HTTP/2 and gRPC)\n\n" + ghtable + "\n")
     if problems:
         log("## Problems")
         for p in problems:
@@ -1632,9 +2027,12 @@ def main(argv):
     doc = {"environment": env_info, "args": vars(args), "failure": failure, "summary": summary,
            "goals": [{"goal": g, "measured": m, "met": met} for g, m, met in gs],
            "goals_keys": [{"goal": g, "measured": m, "met": met} for g, m, met in gk],
+           "goals_h2": [{"goal": g, "measured": m, "met": met} for g, m, met in gh],
            "problems": problems, "fsync_rounds": bench.fsync, "syscalls": bench.syscalls,
-           "idle": bench.idle, "tls_checks": bench.tls_checks, "runs": bench.runs,
-           "markdown": main_table + "\n\n" + extra + "\n\n" + gtable + "\n\n" + gktable}
+           "idle": bench.idle, "tls_checks": bench.tls_checks, "h2_checks": bench.h2_checks,
+           "runs": bench.runs,
+           "markdown": main_table + "\n\n" + extra + "\n\n" + gtable + "\n\n" + gktable
+           + ("\n\n" + ghtable if gh else "")}
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     with open(os.path.splitext(out)[0] + ".md", "w", encoding="utf-8") as f:
@@ -1646,7 +2044,8 @@ def main(argv):
         shutil.rmtree(workdir, ignore_errors=True)
 
     missing = [(w, t) for w in args.workloads for t in targets
-               if w not in AFTER_ROUNDS and t not in summary["workloads"].get(w, {})]
+               if w not in AFTER_ROUNDS and t not in summary["workloads"].get(w, {})
+               and (w not in H2_WORKLOADS or t in H2_TARGETS)]
     if "tls_idle" in args.workloads and args.idle_rounds > 0:
         missing += [("tls_idle", t) for t in targets
                     if t not in summary["idle_tls_bytes_per_conn"]]
