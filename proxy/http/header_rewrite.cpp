@@ -10,6 +10,8 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <vector>
 #include <optional>
 
 namespace fencing {
@@ -149,10 +151,11 @@ struct Omit {
 using ForwardedFor = boost::container::small_vector<std::string_view, 2>;
 
 // Writes every end-to-end field of `from` except those `omit` names. X-Forwarded-For fields are
-// not written: when `forwarded_for` is given, their values are collected there.
-template <typename FieldList>
+// not written: when `forwarded_for` is given, their values are collected there. Sink: a
+// HeadWriter, or anything else with Field(name, value).
+template <typename FieldList, typename Sink>
 void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
-                         ForwardedFor* forwarded_for, HeadWriter& out) {
+                         ForwardedFor* forwarded_for, Sink& out) {
   std::string_view drop = omit.name;
   std::optional<ConnectionTokens> connection_tokens;
   if (facts.connection) connection_tokens.emplace(from);
@@ -247,6 +250,20 @@ std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framin
   out.Put("\r\n");
   out.Finish();
   return head;
+}
+
+void ForEachUpstreamRequestField(const RequestHead& client, bool omit_host, std::string_view drop,
+                                 bool drop_underscored, std::string_view identity_header,
+                                 const std::function<void(std::string_view, std::string_view)>& copy,
+                                 std::vector<std::string_view>* forwarded_for) {
+  struct Callback {
+    const std::function<void(std::string_view, std::string_view)>& copy;
+    void Field(std::string_view name, std::string_view value) { copy(name, value); }
+  } sink{copy};
+  ForwardedFor collected;
+  WriteEndToEndFields(client, ScanFields(client), Omit{drop, omit_host, drop_underscored, identity_header},
+                      &collected, sink);
+  forwarded_for->assign(collected.begin(), collected.end());
 }
 
 std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,

@@ -9,9 +9,11 @@
 #include "http/request_head.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fencing {
 
@@ -62,6 +64,16 @@ std::string UpstreamRequestHead(const RequestHead& client, NextHopFraming framin
                                 std::string_view drop, bool drop_underscored = true,
                                 std::optional<uint64_t> token = std::nullopt, std::string_view identity_header = {},
                                 std::string_view identity = {});
+
+// The client's fields as UpstreamRequestHead copies them, for a next hop that is not written as
+// HTTP/1.1 text (an HTTP/2 backend): the same omissions (hop-by-hop fields and those Connection
+// names, Content-Length, Expect, `drop`, identity_header, underscored names when
+// drop_underscored, Host when omit_host), each handed to `copy` in order, as spelled; the
+// X-Forwarded-For values are collected into *forwarded_for instead.
+void ForEachUpstreamRequestField(const RequestHead& client, bool omit_host, std::string_view drop,
+                                 bool drop_underscored, std::string_view identity_header,
+                                 const std::function<void(std::string_view, std::string_view)>& copy,
+                                 std::vector<std::string_view>* forwarded_for);
 
 // The response head for the client: status line in the client's HTTP version (with the backend's
 // status and reason), the backend's end-to-end fields, `framing`, and a Connection field when
