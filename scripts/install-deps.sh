@@ -20,10 +20,11 @@ packages=(
 # net/http, nginx, HAProxy), the openssl command line (tests/integration/test_tls*.py make their
 # certificates with it), sslscan (tests/integration/test_tls_scan.py scans the TLS listener), and
 # a real gRPC backend and clients with an HTTP/2 command-line client (tests/integration/
-# test_grpc.py: python3-grpcio, nghttp and h2load from nghttp2-client).
+# test_grpc.py: python3-grpcio, nghttp and h2load from nghttp2-client), and an HTTP/2 library to
+# script h2c backends with (tests/integration/test_http1_to_h2.py: python3-h2).
 test_packages=(
   etcd-server etcd-client zookeeper python3-etcd3 python3-kazoo openssl sslscan
-  python3-grpcio nghttp2-client
+  python3-grpcio nghttp2-client python3-h2
   eatmydata fiu-utils slowhttptest
   clang-14 libclang-rt-14-dev llvm-14
   nodejs golang-go nginx haproxy

@@ -7,6 +7,7 @@
 #include "lockservice/raise_verifier.h"
 #include "server/admission.h"
 #include "server/h2_session.h"
+#include "server/http1_h2_relay.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/bind_allocator.hpp>
@@ -487,29 +488,47 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   // off) in bounded time, or a raise waiting for it would wait forever.
   SetDeadline(started + config.timeouts.request);
 
-  // Request head for the backend, framed by the proxy (never the client's framing bytes). A
-  // route's identity header carries the client's identity, never what the client sent in it.
   const std::string_view identity_header =
       plan.route ? std::string_view(plan.route->config->identity_header) : std::string_view();
   const std::string_view identity = identity_header.empty() ? std::string_view() : stream_.identity().joined;
-  const NextHopFraming framing =
-      UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
-  const std::string upstream_head =
-      UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
-                          plan.drop_header, config.headers_with_underscores == HeadersWithUnderscores::kDrop,
-                          plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt,
-                          identity_header, identity);
-  ExchangeRequest request;
-  request.head = upstream_head;
-  request.chunked = framing.kind == BodyFraming::kChunked;
-  request.idempotent = IsIdempotentMethod(head.method_string());
-  request.head_request = head.method() == http::verb::head;
-  request.client_version = head.version();
-  request.client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
-  request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
+  const bool client_keep_alive = head.keep_alive() && !worker_.shared().draining.load(std::memory_order_relaxed);
+  const std::optional<uint64_t> token = plan.rewrite_token ? std::optional<uint64_t>(plan.token) : std::nullopt;
+  const bool drop_underscored = config.headers_with_underscores == HeadersWithUnderscores::kDrop;
+  ExchangeResult result;
+  if (H2Upstream* h2 = worker_.h2_upstream()) {
+    // An HTTP/2 backend (backend_protocol: h2c): the request is one stream (server/http1_h2_relay.h).
+    H2RelayRequest request;
+    request.head = H2RequestHead(
+        head, H2RequestHeadInput{plan.origin_target, plan.host, worker_.shared().backend_host, client_ip_,
+                                 plan.drop_header, drop_underscored, token, identity_header, identity,
+                                 body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt});
+    request.head_request = head.method() == http::verb::head;
+    request.client_version = head.version();
+    request.client_keep_alive = client_keep_alive;
+    request.trailers = ClientAcceptsTrailers(head);
+    request.deadline = started + config.timeouts.request;
+    Http1H2Relay relay_h2(stream_, *buffer_, *h2, RelayBuffers::kSize);
+    result = co_await relay_h2.Run(request, body);
+  } else {
+    // Request head for the backend, framed by the proxy (never the client's framing bytes). A
+    // route's identity header carries the client's identity, never what the client sent in it.
+    const NextHopFraming framing =
+        UpstreamRequestFraming(head, body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt);
+    const std::string upstream_head =
+        UpstreamRequestHead(head, framing, plan.origin_target, plan.host, client_ip_, worker_.shared().backend_host,
+                            plan.drop_header, drop_underscored, token, identity_header, identity);
+    ExchangeRequest request;
+    request.head = upstream_head;
+    request.chunked = framing.kind == BodyFraming::kChunked;
+    request.idempotent = IsIdempotentMethod(head.method_string());
+    request.head_request = head.method() == http::verb::head;
+    request.client_version = head.version();
+    request.client_keep_alive = client_keep_alive;
+    request.keep = static_cast<size_t>(config.limits.buffered_body_bytes);
 
-  Exchange exchange(stream_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
-  ExchangeResult result = co_await exchange.Run(request, body);
+    Exchange exchange(stream_, *buffer_, worker_.pool(), cancel_, relay.data(), RelayBuffers::kSize);
+    result = co_await exchange.Run(request, body);
+  }
   cancel_.upstream = nullptr;
   record_->upstream_status = result.upstream_status;
   record_->upstream_attempts = result.attempts;
@@ -525,7 +544,7 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
     SetDeadline(Clock::now() + config.timeouts.request);  // time to tell the client
     // The request was read to its end (it is not streamed after a failure): the connection can
     // serve the next one.
-    co_return co_await WriteProblem(*result.problem, head.version(), body.complete() && request.client_keep_alive);
+    co_return co_await WriteProblem(*result.problem, head.version(), body.complete() && client_keep_alive);
   }
   // The backend answered: the request's outcome is settled.
   metrics.Count(plan.outcome);
