@@ -20,13 +20,16 @@ X-Fencing-Token, as in the HTTP/1.1 tests. What each test pins down:
   serves on; REFUSED_STREAM is tried once more, and only once;
 - a response far larger than the HTTP/2 windows arrives whole;
 - timeouts.request ends a request the backend never answers: 504, and the stream is reset
-  toward the backend.
+  toward the backend;
+- a real gRPC server (grpc_support.GrpcBackend) answers a gRPC call made over HTTP/1.1 with
+  TE: trailers: its message and its grpc-status trailers come back as chunks and chunked trailers.
 """
 
 import http.client
-import socket
+import struct
 import unittest
 
+import grpc_support as gs
 import h2_backend
 from harness import IO_TIMEOUT, ProxyTestCase, connect, send_all, wait_for
 
@@ -295,6 +298,38 @@ class Http1ToH2Test(ProxyTestCase):
         self.assertProblem((status, dict(fields), body), 504, "no answer within timeouts.request")
         wait_for(lambda: [s for s in self.backend.streams("/hold/") if s.reset], IO_TIMEOUT, 0.01,
                  "the backend to see the stream reset at the bound")
+
+
+GRPC_SKIP = SKIP or gs.missing()
+
+
+@unittest.skipIf(GRPC_SKIP, GRPC_SKIP)
+class Http1ToGrpcTest(ProxyTestCase):
+
+    def test_grpc_call_over_http1_gets_message_and_trailers(self):
+        backend = gs.GrpcBackend()
+        self.addCleanup(backend.stop)
+        proxy = self.start_proxy({"threads": 2, "backend_protocol": "h2c", "timeouts": timeouts(),
+                                  "routes": [{"name": "orders", "prefix": "/orders.v1.OrderStore"}]},
+                                 backend.url)
+        message = b"order-1"
+        framed = b"\x00" + struct.pack(">I", len(message)) + message
+        request = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/grpc\r\n"
+                   b"TE: trailers\r\nX-Fencing-Token: 4\r\nX-Test-Call: h1\r\nContent-Length: %d\r\n\r\n"
+                   % (gs.PUT.encode(), proxy.port, len(framed))) + framed
+        with connect(proxy.port) as sock:
+            sock.sendall(request)
+            status, fields, body, trailers = StrictReader(sock, self).read()
+        self.assertEqual(status, 200, body[:300])
+        self.assertEqual(field(fields, "content-type"), "application/grpc")
+        self.assertEqual(field(fields, "x-backend"), "orders-store", "the call's initial metadata")
+        answer = b"put:" + message
+        self.assertEqual(body, b"\x00" + struct.pack(">I", len(answer)) + answer)
+        self.assertEqual(dict(trailers).get("grpc-status"), "0", "grpc-status as a chunked trailer: %r" % trailers)
+        self.assertEqual(dict(trailers).get("x-backend-trailer"), "put-done")
+        call = backend.call("h1")
+        self.assertEqual(call.token, "4")
+        self.assertEqual([m for _, m in call.messages], [message])
 
 
 if __name__ == "__main__":
