@@ -15,6 +15,9 @@ X-Fencing-Token, as in the HTTP/1.1 tests. What each test pins down:
 - a response without content-length comes back chunked, exactly framed (read by a strict reader
   and by http.client); one with content-length keeps it; trailers reach a client that sent
   `TE: trailers` and no other;
+- a body torn or abandoned within limits.buffered_body_bytes reaches nothing (not even a
+  connection is opened); a larger one streams and arrives whole, and one broken off mid-way
+  leaves the backend a reset stream, never a complete request;
 - two requests on one client connection (keep-alive);
 - the backend resetting the stream before its head is a 502 problem+json, and the connection
   serves on; REFUSED_STREAM is tried once more, and only once;
@@ -199,6 +202,58 @@ class Http1ToH2Test(ProxyTestCase):
         self.assertEqual(stream.body, b"first-second-third", "the decoded body, whole")
         self.assertEqual(stream.one("content-length"), "18", "a body held whole goes with its length")
         self.assertEqual(answer, b"echo:PUT:first-second-third")
+
+    def test_torn_or_abandoned_body_within_the_buffered_limit_reaches_nothing(self):
+        # Whole or nothing, as for an HTTP/1.1 backend: the body is read and checked before a
+        # stream is opened.
+        proxy = self.start(access_log=True)
+        with connect(proxy.port) as sock:
+            sock.sendall(b"PUT /orders/torn HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 2\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n7d00\r\n" + b"a" * 32000 + b"\r\nzz\r\n")
+            status, fields, body, _ = StrictReader(sock, self).read()
+        self.assertProblem((status, dict(fields), body), 400, "a bad chunk size after 32,000 bytes")
+        with connect(proxy.port) as sock:
+            sock.sendall(b"PUT /orders/abandoned HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 2\r\n"
+                         b"Content-Length: 200000\r\n\r\n" + b"c" * 100000)
+        wait_for(lambda: [e for e in proxy.access_log() if e.get("path") == "/orders/abandoned"],
+                 IO_TIMEOUT, 0.02, "the access line of the abandoned upload")
+        self.assertEqual(self.backend.streams("/orders/"), [],
+                         "nothing of a torn or abandoned body reaches the h2c backend")
+        self.assertEqual(self.backend.connections, 0, "not even a connection was needed")
+
+    def test_body_above_the_buffered_limit_streams_whole(self):
+        proxy = self.start()
+        payload = bytes(range(256)) * (2000000 // 256) + b"end"  # above the default 1 MiB
+        status, _, body = proxy.request("PUT", "/orders/big", 10, payload)
+        self.assertEqual(status, 200, body[:200])
+        [stream] = self.backend.wait_streams("/orders/big", 1, "the streamed PUT", ended=True)
+        self.assertEqual(len(stream.body), len(payload), "the body arrived whole")
+        self.assertEqual(stream.body, payload, "byte for byte")
+        self.assertEqual(stream.one("content-length"), str(len(payload)))
+
+    def test_streamed_body_broken_off_resets_the_stream(self):
+        # Above the buffered limit the body streams; a client that goes mid-way leaves the
+        # backend a reset stream, never a complete request (a chunked one has no length the
+        # backend could check it against).
+        proxy = self.start()
+        chunk = b"d" * 100000
+        cases = [
+            ("content-length", b"/orders/cut-length", b"Content-Length: 3000000", b"d" * 1500000),
+            ("chunked", b"/orders/cut-chunked", b"Transfer-Encoding: chunked",
+             b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(15))),
+        ]
+        for name, path, framing, sent in cases:
+            with self.subTest(framing=name):
+                with connect(proxy.port) as sock:
+                    sock.sendall(b"PUT %s HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 2\r\n%s\r\n\r\n"
+                                 % (path, framing) + sent)
+                    self.backend.wait_streams(path.decode(), 1, "the streamed PUT to begin")
+                [stream] = wait_for(lambda: [s for s in self.backend.streams(path.decode())
+                                             if s.reset or s.ended],
+                                    IO_TIMEOUT, 0.01, "the backend to see the stream end or reset")
+                self.assertTrue(stream.reset, "the stream is reset: %r" % stream)
+                self.assertFalse(stream.ended, "the request never ends at the backend: %r" % stream)
+                self.assertLessEqual(len(stream.body), 1500000)
 
     # -- responses --
 
