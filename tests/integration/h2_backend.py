@@ -13,6 +13,7 @@ request ended, whether it was reset, the connection it came on), and answers by 
     /hold...         never answered (the proxy's timeouts.request has to end it)
     /big/N...        200 with N bytes of body, sent as the flow-control windows allow
     /length...       200 with a content-length
+    /short...        200 with a content-length 5 bytes longer than the DATA that follows
     /trailers...     200, then trailers x-backend-trailer: done
     anything else    200 with the body "echo:<method>:<request body>", without content-length
 
@@ -220,6 +221,8 @@ class H2Backend:
             body = b"echo:%s:%s" % (record.one(":method").encode(), record.body)
         if path.startswith("/length"):
             headers.append(("content-length", str(len(body))))
+        if path.startswith("/short"):  # a content-length its DATA falls short of
+            headers.append(("content-length", str(len(body) + 5)))
         if path.startswith("/trailers"):
             trailers = [("x-backend-trailer", "done")]
         if record.one(":method") == "HEAD":  # the length a GET would have, no body

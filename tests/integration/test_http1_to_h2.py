@@ -13,7 +13,8 @@ X-Fencing-Token, as in the HTTP/1.1 tests. What each test pins down:
   trailers, Transfer-Encoding, Host; Upgrade is refused before, as for any backend), the token as
   read and X-Forwarded-For; a chunked body arrives whole with its length;
 - a response without content-length comes back chunked, exactly framed (read by a strict reader
-  and by http.client); one with content-length keeps it; trailers reach a client that sent
+  and by http.client); one with content-length keeps it, and DATA short of it is never relayed
+  as a complete response; trailers reach a client that sent
   `TE: trailers` and no other;
 - a body torn or abandoned within limits.buffered_body_bytes reaches nothing (not even a
   connection is opened); a larger one streams and arrives whole, and one broken off mid-way
@@ -34,7 +35,7 @@ import unittest
 
 import grpc_support as gs
 import h2_backend
-from harness import IO_TIMEOUT, ProxyTestCase, connect, send_all, wait_for
+from harness import IO_TIMEOUT, ProxyTestCase, connect, read_until_closed, wait_for
 
 SKIP = h2_backend.missing()
 ROUTE = {"name": "orders", "prefix": "/orders"}
@@ -286,6 +287,30 @@ class Http1ToH2Test(ProxyTestCase):
         self.assertEqual(status, 200)
         self.assertEqual(field(fields, "content-length"), "10", "a HEAD answer keeps the length a GET has")
 
+    def test_data_short_of_the_content_length_is_never_a_complete_response(self):
+        # The codec resets a stream whose DATA falls short of its content-length. Before a byte
+        # went to the client that is a 502; after, the client connection closes short.
+        proxy = self.start()
+        with connect(proxy.port) as sock:
+            sock.sendall(b"GET /short/1 HTTP/1.1\r\nHost: h\r\n\r\n")
+            reader = StrictReader(sock, self)
+            try:
+                while b"\r\n\r\n" not in reader.buf:
+                    reader._fill()
+            except EOFError:
+                self.fail("closed before a response head: %r" % reader.buf)
+            if reader.buf.startswith(b"HTTP/1.1 502 "):
+                status, fields, body, _ = reader.read()
+                self.assertProblem((status, dict(fields), body), 502, "DATA short of content-length")
+                return
+            rest, closed = read_until_closed(sock, IO_TIMEOUT)
+        data = reader.buf + rest
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200 "), data[:300])
+        self.assertIn(b"content-length: 14", head.lower())
+        self.assertTrue(closed, "the proxy closes the client connection")
+        self.assertLess(len(body), 14, "the client connection closes without a complete response")
+
     def test_trailers_only_to_a_client_that_asked(self):
         proxy = self.start()
         _, _, body, trailers = self.exchange(
@@ -333,7 +358,7 @@ class Http1ToH2Test(ProxyTestCase):
                          "a stream reset with INTERNAL_ERROR is never sent again")
 
     def test_refused_stream_tried_once_more(self):
-        proxy = self.start()
+        proxy = self.start(access_log=True)
         status, _, body, _ = self.exchange(
             proxy, b"POST /refuse-once/1 HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
         self.assertEqual((status, body), (200, b"echo:POST:body"),
@@ -341,6 +366,9 @@ class Http1ToH2Test(ProxyTestCase):
         refused, answered = self.backend.streams("/refuse-once/")
         self.assertEqual((refused.answer, answered.answer), ("refused", "answered"))
         self.assertEqual(answered.body, b"body")
+        [line] = wait_for(lambda: [e for e in proxy.access_log() if e.get("path") == "/refuse-once/1"],
+                          IO_TIMEOUT, 0.02, "the access line of the refused-once request")
+        self.assertEqual(line.get("upstream_attempts"), 2, "the access line counts both sends: %r" % line)
         status, fields, body, _ = self.exchange(
             proxy, b"POST /refuse/2 HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
         self.assertProblem((status, dict(fields), body), 502, "refused twice")
