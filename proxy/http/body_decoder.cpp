@@ -33,6 +33,27 @@ BodyDecoder BodyDecoder::Chunked(uint64_t max_body_bytes) {
   return d;
 }
 
+BodyDecoder BodyDecoder::UntilEnd(uint64_t max_body_bytes) {
+  BodyDecoder d;
+  d.until_end_ = true;
+  d.max_body_bytes_ = max_body_bytes;
+  d.status_ = Status::kNeedMore;
+  return d;
+}
+
+void BodyDecoder::EndOfStream() {
+  if (status_ != Status::kNeedMore) return;
+  if (until_end_) {
+    status_ = Status::kDone;
+  } else {
+    Fail(chunked_ ? "a chunked body without its last chunk" : "fewer bytes than its content-length");
+  }
+}
+
+void BodyDecoder::Overrun() {
+  if (!failed()) Fail("more bytes than its content-length");
+}
+
 bool BodyDecoder::Framing(char c) {
   // Trailer lines (up to their LF) have their own bound, kMaxTrailerBytes.
   const bool trailer_line = state_ == State::kTrailerLine || state_ == State::kTrailerLf;
@@ -187,6 +208,17 @@ bool BodyDecoder::Framing(char c) {
 BodyDecoder::Step BodyDecoder::Decode(std::string_view in, char* out, size_t room) {
   Step step;
   if (status_ != Status::kNeedMore) return step;
+  if (until_end_) {
+    const size_t n = std::min(in.size(), room);
+    if (body_bytes_ + n > max_body_bytes_) {
+      status_ = Status::kTooLarge;
+      return step;
+    }
+    if (n) std::memcpy(out, in.data(), n);
+    body_bytes_ += n;
+    step.consumed = step.produced = n;
+    return step;
+  }
   if (!chunked_) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, std::min(in.size(), room)));
     if (n) std::memcpy(out, in.data(), n);

@@ -27,6 +27,16 @@ class BodyDecoder {
   BodyDecoder() = default;
   static BodyDecoder Length(uint64_t length);
   static BodyDecoder Chunked(uint64_t max_body_bytes);
+  // A body whose end the transport marks (HTTP/2's END_STREAM): every byte is body, up to
+  // max_body_bytes (more is kTooLarge); EndOfStream completes it.
+  static BodyDecoder UntilEnd(uint64_t max_body_bytes);
+
+  // The transport says the message has ended (HTTP/2's END_STREAM): an UntilEnd body is done; a
+  // Length body still short of its length is malformed.
+  void EndOfStream();
+  // Bytes came after the end of a Length body within the same message (HTTP/2 DATA beyond its
+  // content-length): malformed.
+  void Overrun();
 
   struct Step {
     size_t consumed = 0;  // bytes of `in` used
@@ -64,6 +74,7 @@ class BodyDecoder {
   Status status_ = Status::kDone;
   const char* reason_ = "";
   bool chunked_ = false;
+  bool until_end_ = false;
   State state_ = State::kSize;
   uint64_t remaining_ = 0;  // Content-Length left, or the current chunk's data left
   uint64_t max_body_bytes_ = 0;

@@ -174,8 +174,16 @@ void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const O
       continue;
     }
     if (connection_tokens && connection_tokens->Names(name)) continue;
-    out.Field(name, field.value());
+    take(name, field.value());
   }
+}
+
+// Writes them as field lines.
+template <typename FieldList>
+void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
+                         ForwardedFor* forwarded_for, HeadWriter& out) {
+  ForEachEndToEndField(from, facts, omit, forwarded_for,
+                       [&out](std::string_view name, std::string_view value) { out.Field(name, value); });
 }
 
 // The longest framing line either writer adds: a Content-Length of 20 digits, or chunked.
@@ -285,6 +293,15 @@ std::string ClientResponseHead(unsigned status, std::string_view reason, const H
   out.Put("\r\n");
   out.Finish();
   return head;
+}
+
+std::vector<std::pair<std::string_view, std::string_view>> ResponseEndToEndFields(const HeadFields& fields) {
+  struct Collect {
+    std::vector<std::pair<std::string_view, std::string_view>> out;
+    void Field(std::string_view name, std::string_view value) { out.emplace_back(name, value); }
+  } collect;
+  WriteEndToEndFields(fields, ScanFields(fields), Omit{}, nullptr, collect);
+  return std::move(collect.out);
 }
 
 }  // namespace fencing

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fencing {
@@ -80,5 +81,11 @@ void ForEachUpstreamRequestField(const RequestHead& client, bool omit_host, std:
 // keep-alive differs from the version's default.
 std::string ClientResponseHead(unsigned status, std::string_view reason, const HeadFields& fields,
                                unsigned client_version, NextHopFraming framing, bool keep_alive);
+
+// The end-to-end fields of a backend's response, as ClientResponseHead copies them: no hop-by-hop
+// field, none a Connection field names, no Content-Length (the next hop's framing is the
+// proxy's). For an HTTP/2 client, whose head has no connection-specific fields at all (RFC 9113
+// 8.2.2). Views into `fields`.
+std::vector<std::pair<std::string_view, std::string_view>> ResponseEndToEndFields(const HeadFields& fields);
 
 }  // namespace fencing

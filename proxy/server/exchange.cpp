@@ -22,10 +22,6 @@ namespace {
 
 constexpr uint64_t kMaxUpstreamHeaderBytes = 64 * 1024;
 
-bool ResponseHasNoBody(unsigned status, bool head_request) {
-  return head_request || status / 100 == 1 || status == 204 || status == 304;
-}
-
 // Feeds a parser the body bytes already in buffer (usually the whole body came with the head),
 // into the relay buffer its body points to, without an I/O operation: an asynchronous read that
 // could complete at once still costs a trip through the scheduler. Stops when the message is
@@ -40,39 +36,6 @@ boost::system::error_code ParseBuffered(Parser& parser, DynamicBuffer& buffer) {
     if (ec || used == 0) break;
   }
   return ec;
-}
-
-// What http::async_read_some does, without its composed operation (which, besides its own
-// machinery, posts its completion through the scheduler when the bytes were there already):
-// parses what the buffer holds and, while the parser needs more, reads from the socket. The
-// backend's EOF ends a body delimited by the close (put_eof); it cuts anything else short
-// (partial_message), and before a byte of the response it is end_of_stream. need_buffer: the
-// body buffer is full.
-// With TLS the backend's close is its close_notify (eof); a connection closed without one is a
-// stream cut short (stream_truncated), so a body delimited by the close is never taken whole from
-// a connection an attacker could have cut.
-io::Awaitable<boost::system::error_code> ReadSome(UpstreamConnection& upstream, ResponseParser& parser) {
-  beast::flat_buffer& buffer = upstream.buffer;
-  // As Beast reads: what the buffer has room for, at least 512 and at most 64 KiB at a time.
-  constexpr size_t kReadSize = 64 * 1024;
-  boost::system::error_code ec;
-  for (;;) {
-    if (buffer.size() != 0) {
-      buffer.consume(parser.put(buffer.data(), ec));
-      if (ec != http::error::need_more) co_return ec;
-      ec = {};
-    }
-    const size_t size = beast::read_size(buffer, kReadSize);
-    if (size == 0) co_return http::error::buffer_overflow;
-    auto [rec, n] = co_await upstream.ReadSome(buffer.prepare(size));
-    buffer.commit(n);
-    if (rec == asio::error::eof) {
-      if (!parser.got_some()) co_return http::error::end_of_stream;
-      parser.put_eof(ec);
-      co_return ec;
-    }
-    if (rec) co_return rec;
-  }
 }
 
 // One gather write for the next hop: an optional head, then body bytes in the hop's framing
@@ -110,10 +73,61 @@ bool IsIdempotentMethod(std::string_view method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" || method == "DELETE";
 }
 
-Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
+bool ResponseHasNoBody(unsigned status, bool head_request) {
+  return head_request || status / 100 == 1 || status == 204 || status == 304;
+}
+
+// What http::async_read_some does, without its composed operation (which, besides its own
+// machinery, posts its completion through the scheduler when the bytes were there already):
+// parses what the buffer holds and, while the parser needs more, reads from the socket. The
+// backend's EOF ends a body delimited by the close (put_eof); it cuts anything else short
+// (partial_message), and before a byte of the response it is end_of_stream. need_buffer: the
+// body buffer is full.
+// With TLS the backend's close is its close_notify (eof); a connection closed without one is a
+// stream cut short (stream_truncated), so a body delimited by the close is never taken whole from
+// a connection an attacker could have cut.
+io::Awaitable<boost::system::error_code> ReadResponse(UpstreamConnection& upstream, ResponseParser& parser) {
+  beast::flat_buffer& buffer = upstream.buffer;
+  // As Beast reads: what the buffer has room for, at least 512 and at most 64 KiB at a time.
+  constexpr size_t kReadSize = 64 * 1024;
+  boost::system::error_code ec;
+  for (;;) {
+    if (buffer.size() != 0) {
+      buffer.consume(parser.put(buffer.data(), ec));
+      if (ec != http::error::need_more) co_return ec;
+      ec = {};
+    }
+    const size_t size = beast::read_size(buffer, kReadSize);
+    if (size == 0) co_return http::error::buffer_overflow;
+    auto [rec, n] = co_await upstream.ReadSome(buffer.prepare(size));
+    buffer.commit(n);
+    if (rec == asio::error::eof) {
+      if (!parser.got_some()) co_return http::error::end_of_stream;
+      parser.put_eof(ec);
+      co_return ec;
+    }
+    if (rec) co_return rec;
+  }
+}
+
+boost::system::error_code BufferedResponseBody(UpstreamConnection& upstream, ResponseParser& parser, size_t room,
+                                               bool* read) {
+  boost::system::error_code ec = ParseBuffered(parser, upstream.buffer);
+  // Whatever arrives is relayed at once (read_some): a response that streams slowly reaches the
+  // client as it comes, not when a relay buffer's worth has piled up.
+  *read = !ec && !parser.is_done() && parser.room() == room;
+  if (ec == http::error::need_buffer) ec = {};
+  return ec;
+}
+
+namespace {
+
+enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
+
+Problem UpstreamProblem(const ExchangeCancel& cancel, const boost::system::error_code& ec) {
   // timed_out: the connection's deadline passed (its sweep cancelled the exchange): 504. A connect
   // that ran out of timeouts.connect is a 502 like any other unreachable backend.
-  if (cancel_.timed_out) {
+  if (cancel.timed_out) {
     return MakeProblem(ProblemType::kUpstreamTimeout, "the backend did not answer within timeouts.request");
   }
   // The backend's TLS failed: its certificate did not verify, it refused the handshake (or, in
@@ -130,19 +144,21 @@ Problem Exchange::UpstreamProblem(const boost::system::error_code& ec) const {
   return MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached or closed the connection without an answer: " + ec.message());
 }
 
-void Exchange::Fail(ExchangeResult& result, const boost::system::error_code& ec) const {
-  result.problem = UpstreamProblem(ec);
+void Fail(const ExchangeCancel& cancel, ExchangeResult& result, const boost::system::error_code& ec) {
+  result.problem = UpstreamProblem(cancel, ec);
   result.upstream_failed = true;
 }
 
-io::Awaitable<std::unique_ptr<UpstreamConnection>> Exchange::Reconnect(boost::system::error_code& ec) {
-  cancel_.upstream = nullptr;
-  std::unique_ptr<UpstreamConnection> upstream = co_await pool_.Connect(ec);
-  cancel_.upstream = upstream.get();
+io::Awaitable<std::unique_ptr<UpstreamConnection>> Reconnect(UpstreamPool& pool, ExchangeCancel& cancel,
+                                                             boost::system::error_code& ec) {
+  cancel.upstream = nullptr;
+  std::unique_ptr<UpstreamConnection> upstream = co_await pool.Connect(ec);
+  cancel.upstream = upstream.get();
   co_return upstream;
 }
 
-Exchange::Sent Exchange::WriteFailure(bool first_write, size_t written) {
+// What a failed write of the request means for the resend rule.
+Sent WriteFailure(bool first_write, size_t written) {
   // Nothing of the request left the proxy: it cannot have reached the backend. Over TLS, written
   // counts the bytes of whole records on the wire (Asio writes with partial writes on, one record
   // per write_some, and reports a write that failed midway as 0): a record cut short in its
@@ -150,9 +166,11 @@ Exchange::Sent Exchange::WriteFailure(bool first_write, size_t written) {
   return first_write && written == 0 ? Sent::kRefused : Sent::kFailed;
 }
 
-io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request,
-                                                    RequestBody& body, ExchangeResult& result,
-                                                    boost::system::error_code& ec) {
+// Writes a request whose body is not all in hand: head and held body bytes, then the rest as
+// it arrives.
+// kRefused: the first write failed with nothing written (the connection was already closed).
+io::Awaitable<Sent> SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request, RequestBody& body,
+                                BodySource& more, ExchangeResult& result, boost::system::error_code& ec) {
   bool first = true;
   for (;;) {
     const bool last = body.complete();
@@ -166,7 +184,7 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
     if (last) break;
     // A body too long to hold: what was held has gone; the rest is relayed as it arrives.
     body.DropHeld();
-    if (auto rec = co_await body.Read(client_, client_buffer_, relay_size_); rec) {
+    if (auto rec = co_await more.More(body); rec) {
       ec = rec;
       co_return Sent::kBodyFailed;
     }
@@ -176,19 +194,23 @@ io::Awaitable<Exchange::Sent> Exchange::SendRequest(UpstreamConnection& upstream
   co_return Sent::kOk;
 }
 
-io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
-  ExchangeResult result;
-  std::optional<ResponseParser> response_parser;
+}  // namespace
+
+io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& pool, ExchangeCancel& cancel,
+                                                                 const ExchangeRequest& request, RequestBody& body,
+                                                                 BodySource& more,
+                                                                 std::optional<ResponseParser>& response_parser,
+                                                                 ExchangeResult& result) {
   boost::system::error_code ec;
   // A pooled connection is taken without a coroutine of its own (the usual case); a new one
   // needs a connect.
-  std::unique_ptr<UpstreamConnection> upstream = pool_.TakeIdle();
-  if (!upstream) upstream = co_await pool_.Connect(ec);
+  std::unique_ptr<UpstreamConnection> upstream = pool.TakeIdle();
+  if (!upstream) upstream = co_await pool.Connect(ec);
   if (!upstream) {
-    Fail(result, ec);
-    co_return result;
+    Fail(cancel, result, ec);
+    co_return nullptr;
   }
-  cancel_.upstream = upstream.get();
+  cancel.upstream = upstream.get();
 
   // A byte of a response came on the current connection: the backend has read the request, so
   // it is never sent again (a response that could not be read is a 502, not a reason to resend).
@@ -207,7 +229,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
       sent = wec ? WriteFailure(true, written) : Sent::kOk;
       result.bytes_in = body.decoder().body_bytes();
     } else {
-      sent = co_await SendRequest(*upstream, request, body, result, ec);
+      sent = co_await SendRequest(*upstream, request, body, more, result, ec);
     }
     if (sent == Sent::kBodyFailed) {
       // The client's body broke off or broke the rules mid-stream: the backend has a truncated
@@ -215,11 +237,12 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
       if (body.failed()) result.problem = body.problem();
       result.body_failed = true;
       result.keep_alive = false;
-      co_return result;
+      cancel.upstream = nullptr;
+      co_return nullptr;
     }
     if (sent == Sent::kRefused && may_resend) {
       // Closed before a byte of the request was written: it cannot have reached the backend.
-      upstream = co_await Reconnect(ec);
+      upstream = co_await Reconnect(pool, cancel, ec);
       if (!upstream) break;
       continue;
     }
@@ -236,7 +259,7 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         response_parser->header_limit(kMaxUpstreamHeaderBytes);
         if (request.head_request) response_parser->skip(true);
         // (the parser stops at the end of the head: it is not eager)
-        ec = co_await ReadSome(*upstream, *response_parser);
+        ec = co_await ReadResponse(*upstream, *response_parser);
         answered = answered || response_parser->got_some();
         if (ec) break;
         const unsigned status = response_parser->status();
@@ -249,24 +272,35 @@ io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, Requ
         }
         if (status / 100 != 1) break;
       }
-      if (!ec) {
-        co_await Relay(request, std::move(upstream), response_parser, result);
-        co_return result;
-      }
+      if (!ec) co_return upstream;
     }
     // The request may have reached the backend: resent only when repeating it is harmless, and
     // only when the backend closed or reset the connection without a byte of answer.
-    if (request.idempotent && may_resend && body.whole() && !cancel_.timed_out && !answered) {
-      upstream = co_await Reconnect(ec);
+    if (request.idempotent && may_resend && body.whole() && !cancel.timed_out && !answered) {
+      upstream = co_await Reconnect(pool, cancel, ec);
       if (!upstream) break;
       continue;
     }
     break;
   }
-  Fail(result, ec);
+  cancel.upstream = nullptr;
+  Fail(cancel, result, ec);
   if (result.upstream_status == 101) {
     result.problem->detail = "the backend switched protocols (101) though no upgrade was asked for";
   }
+  co_return nullptr;
+}
+
+io::Awaitable<boost::system::error_code> Exchange::More(RequestBody& body) {
+  return body.Read(client_, client_buffer_, relay_size_);
+}
+
+io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
+  ExchangeResult result;
+  std::optional<ResponseParser> response_parser;
+  std::unique_ptr<UpstreamConnection> upstream =
+      co_await SendToBackend(pool_, cancel_, request, body, *this, response_parser, result);
+  if (upstream) co_await Relay(request, std::move(upstream), response_parser, result);
   co_return result;
 }
 
@@ -300,16 +334,15 @@ io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_
     size_t n = 0;
     if (!no_body && !response_parser->is_done()) {
       response_parser->SetBodyBuffer(relay_, relay_size_);
-      boost::system::error_code rec = ParseBuffered(*response_parser, upstream->buffer);
-      if (!rec && !response_parser->is_done() && response_parser->room() == relay_size_) {
-        // Whatever arrives is relayed at once (read_some): a response that streams slowly
-        // reaches the client as it comes, not when a relay buffer's worth has piled up.
-        rec = co_await ReadSome(*upstream, *response_parser);
+      bool read = false;
+      boost::system::error_code rec = BufferedResponseBody(*upstream, *response_parser, relay_size_, &read);
+      if (read) {
+        rec = co_await ReadResponse(*upstream, *response_parser);
+        if (rec == http::error::need_buffer) rec = {};
       }
-      if (rec == http::error::need_buffer) rec = {};
       if (rec) {
         result.keep_alive = false;
-        if (!response_started) Fail(result, rec);
+        if (!response_started) Fail(cancel_, result, rec);
         co_return;  // the client saw a partial response: closing tells it so
       }
       n = relay_size_ - response_parser->room();

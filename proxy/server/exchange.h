@@ -72,7 +72,44 @@ struct ExchangeResult {
 // RFC 9110 section 9.2.2, as the contract lists them.
 bool IsIdempotentMethod(std::string_view method);
 
-class Exchange {
+// Where the rest of a request body comes from once what was held has gone to the backend (a body
+// longer than limits.buffered_body_bytes streams): the HTTP/1.1 client connection (Exchange), or
+// an HTTP/2 stream's DATA (server/h2_http1_relay.h). More feeds `body` (RequestBody::Feed) until
+// it is complete, failed or holds a relay buffer's worth; the error is the client's (gone, reset,
+// timed out).
+class BodySource {
+ public:
+  virtual io::Awaitable<boost::system::error_code> More(RequestBody& body) = 0;
+
+ protected:
+  ~BodySource() = default;
+};
+
+// The backend's half of an exchange up to the response head, whoever the client is: a connection
+// (pooled and known clean, or new), the request written (head and held body, then the rest from
+// `more`), the resend rule above, the response head read (1xx dropped, an unasked 101 refused).
+// Returns the connection with the head in `parser`; or null, with result.problem (the backend
+// failed: 502/504) or result.body_failed (the client's body broke off or broke the rules: the
+// backend connection is closed without finishing the message) set.
+io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& pool, ExchangeCancel& cancel,
+                                                                 const ExchangeRequest& request, RequestBody& body,
+                                                                 BodySource& more,
+                                                                 std::optional<ResponseParser>& parser,
+                                                                 ExchangeResult& result);
+
+// The response body, a piece at a time, into the parser's body buffer (SetBodyBuffer): first what
+// the connection's buffer holds, with no I/O (usually the whole body came with the head). Sets
+// *read when that gave nothing and the body goes on: then ReadResponse reads from the backend.
+// need_buffer (the body buffer is full) is no error; any error is the response's (refused framing,
+// the backend's close before its end).
+boost::system::error_code BufferedResponseBody(UpstreamConnection& upstream, ResponseParser& parser, size_t room,
+                                               bool* read);
+io::Awaitable<boost::system::error_code> ReadResponse(UpstreamConnection& upstream, ResponseParser& parser);
+
+// The response may not have a body: a HEAD request's, a 1xx, 204 or 304.
+bool ResponseHasNoBody(unsigned status, bool head_request);
+
+class Exchange final : private BodySource {
  public:
   // relay: the worker's relay buffer for the response body (and a streamed request body).
   Exchange(tls::ServerStream& client, ClientBuffer& client_buffer, UpstreamPool& pool, ExchangeCancel& cancel,
@@ -84,21 +121,11 @@ class Exchange {
   io::Awaitable<ExchangeResult> Run(const ExchangeRequest& request, RequestBody& body);
 
  private:
-  enum class Sent { kOk, kRefused, kFailed, kBodyFailed };
-  // What a failed write of the request means for the resend rule.
-  static Sent WriteFailure(bool first_write, size_t written);
+  // The rest of the body from the client connection.
+  io::Awaitable<boost::system::error_code> More(RequestBody& body) override;
   // The response to the client; the connection goes back to the pool when it can be reused.
   io::Awaitable<void> Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,
                             std::optional<ResponseParser>& response_parser, ExchangeResult& result);
-  // Writes a request whose body is not all in hand: head and held body bytes, then the rest as
-  // it arrives.
-  // kRefused: the first write failed with nothing written (the connection was already closed).
-  io::Awaitable<Sent> SendRequest(UpstreamConnection& upstream, const ExchangeRequest& request, RequestBody& body,
-                                  ExchangeResult& result, boost::system::error_code& ec);
-  io::Awaitable<std::unique_ptr<UpstreamConnection>> Reconnect(boost::system::error_code& ec);
-  Problem UpstreamProblem(const boost::system::error_code& ec) const;
-  void Fail(ExchangeResult& result, const boost::system::error_code& ec) const;
-
   tls::ServerStream& client_;
   ClientBuffer& client_buffer_;
   UpstreamPool& pool_;

@@ -33,13 +33,18 @@ bool RequestBody::MakeRoom(size_t keep) {
 }
 
 void RequestBody::Feed(ClientBuffer& in, size_t keep) {
-  while (in.size() != 0 && decoder_.status() == BodyDecoder::Status::kNeedMore && MakeRoom(keep)) {
-    std::string_view bytes(static_cast<const char*>(in.data().data()), in.size());
-    BodyDecoder::Step step = decoder_.Decode(bytes, data_ + size_, capacity_ - size_);
-    in.consume(step.consumed);
+  in.consume(Feed(std::string_view(static_cast<const char*>(in.data().data()), in.size()), keep));
+}
+
+size_t RequestBody::Feed(std::string_view in, size_t keep) {
+  size_t used = 0;
+  while (used < in.size() && decoder_.status() == BodyDecoder::Status::kNeedMore && MakeRoom(keep)) {
+    BodyDecoder::Step step = decoder_.Decode(in.substr(used), data_ + size_, capacity_ - size_);
+    used += step.consumed;
     size_ += step.produced;
     if (step.consumed == 0 && step.produced == 0) break;
   }
+  return used;
 }
 
 io::Awaitable<boost::system::error_code> RequestBody::Read(tls::ServerStream& client, ClientBuffer& in, size_t keep) {

@@ -36,11 +36,14 @@ class RequestBody {
   // Decodes what `in` holds into the held bytes (consuming what it uses), holding at most `keep`
   // bytes in all (at least the relay buffer's size: streaming goes through it).
   void Feed(ClientBuffer& in, size_t keep);
+  // The same from bytes that came otherwise (an HTTP/2 stream's DATA): returns how many it used.
+  size_t Feed(std::string_view in, size_t keep);
   // Feeds, reading from the client while the body is neither complete, failed, nor holding
   // `keep` bytes. The error is the socket's (the client went away, or the deadline cancelled it).
   io::Awaitable<boost::system::error_code> Read(tls::ServerStream& client, ClientBuffer& in, size_t keep);
 
   const BodyDecoder& decoder() const { return decoder_; }
+  BodyDecoder& decoder() { return decoder_; }
   // What to answer a failed() body with: 413 over limits.max_body_bytes, else 400.
   Problem problem() const;
   bool complete() const { return decoder_.done(); }
