@@ -163,8 +163,8 @@ struct ListenTlsConfig {
   Version min_version = Version::k1_2;
   // Where each file is named in the route file, for the errors of loading it.
   ConfigPosition cert_file_at, key_file_at, client_ca_file_at;
-  // Offer h2 by ALPN before http/1.1: set by the loader from backend_protocol (an HTTP/2
-  // backend), not a key of its own.
+  // Offer h2 by ALPN before http/1.1: set by the loader (always: an HTTP/2 client is served
+  // whatever the backend speaks), not a key of its own.
   bool offer_h2 = false;
 
   bool asks_client_certificate() const { return !client_ca_file.empty(); }

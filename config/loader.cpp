@@ -390,7 +390,9 @@ class Loader {
     CheckKeyHeaders(*config);
     CheckVerifyServices(*config);
     CheckListenTls(*config);
-    if (config->tls) config->tls->offer_h2 = config->backend_protocol != BackendProtocol::kHttp1;
+    // h2 is offered to every TLS client, whatever the backend speaks: an HTTP/1.1 backend is
+    // reached by one HTTP/1.1 exchange per stream (server/h2_http1_relay.h).
+    if (config->tls) config->tls->offer_h2 = true;
     CheckAddresses(*config, top_.listen_ok, top_.admin_ok, top_.backend_ok, top_.listen_at, top_.admin_at,
                    top_.backend_at.value_or(root_at));
   }

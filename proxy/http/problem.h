@@ -32,7 +32,8 @@ enum class GrpcStatus : uint8_t {
 // INVALID_ARGUMENT, a missing one FAILED_PRECONDITION; writers PERMISSION_DENIED; every 502, 503
 // and 504 UNAVAILABLE; a body or head over a limit RESOURCE_EXHAUSTED (as gRPC's own message
 // limits); the rest as gRPC's HTTP-to-gRPC table maps their HTTP status (400 INTERNAL, 404
-// UNIMPLEMENTED, others UNKNOWN).
+// UNIMPLEMENTED, others UNKNOWN); a gRPC call to an HTTP/1.1 backend, which cannot carry its
+// trailers, UNIMPLEMENTED (501: the proxy does not carry gRPC over HTTP/1.1).
 #define FENCING_PROBLEM_TYPES(X)                                                                          \
   X(kAmbiguousFraming, "ambiguous-framing", "Ambiguous request framing", bad_request, kInternal)          \
   X(kBadConnectionHeader, "bad-connection-header", "Connection header names a protected field",           \
@@ -66,7 +67,9 @@ enum class GrpcStatus : uint8_t {
     service_unavailable, kUnavailable)                                                                    \
   X(kFenceStoreUnavailable, "fence-store-unavailable", "Shared fence store unavailable",                  \
     service_unavailable, kUnavailable)                                                                    \
-  X(kUpstreamTimeout, "upstream-timeout", "Backend too slow", gateway_timeout, kUnavailable)
+  X(kUpstreamTimeout, "upstream-timeout", "Backend too slow", gateway_timeout, kUnavailable)           \
+  X(kGrpcNeedsHttp2Backend, "grpc-needs-http2-backend", "gRPC needs an HTTP/2 backend", not_implemented, \
+    kUnimplemented)
 
 enum class ProblemType {
 #define FENCING_PROBLEM_ENUM(name, slug, title, code, grpc) name,

@@ -7,6 +7,7 @@
 #include "http/problem.h"
 #include "http/request_head.h"
 #include "server/admission.h"
+#include "server/h2_http1_relay.h"
 #include "server/request_plan.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -53,6 +54,7 @@ struct H2Session::Stream {
   bool reset = false;                // the client reset it
   io::Timer changed;                 // waited on until the upstream stream exists
   std::shared_ptr<H2Upstream::Stream> upstream;
+  ExchangeCancel http1;              // an HTTP/1.1 backend's exchange (h2_http1_relay.h)
 
   // What its access line says (Handle fills it in).
   struct Record {
@@ -73,10 +75,16 @@ struct H2Session::Stream {
     if (upstream) upstream->Wake();
   }
   io::Timer& Waiter() { return upstream ? upstream->changed() : changed; }
+  // The client reset it, or the connection ended: an HTTP/1.1 exchange's backend I/O stops.
+  void Abort() {
+    boost::system::error_code ignored;
+    if (http1.upstream) http1.upstream->socket.cancel(ignored);
+    Wake();
+  }
 };
 
 H2Session::H2Session(Worker& worker, tls::ServerStream& stream, const ClientIdentity& identity, std::string client_ip,
-                     H2Upstream& upstream, std::function<void(bool idle)> idle)
+                     H2Upstream* upstream, std::function<void(bool idle)> idle)
     : worker_(worker),
       client_(stream),
       identity_(identity),
@@ -152,7 +160,11 @@ void H2Session::Dispatch() {
     if (event.kind == h2::Event::Kind::kEnd || event.kind == h2::Event::Kind::kReset) stream.client_closed = true;
     if (event.kind == h2::Event::Kind::kReset) stream.reset = true;
     stream.events.push_back(std::move(owned));
-    stream.Wake();
+    if (stream.reset) {
+      stream.Abort();
+    } else {
+      stream.Wake();
+    }
   }
 }
 
@@ -187,7 +199,13 @@ io::Awaitable<void> H2Session::WriteLoop(std::shared_ptr<H2Session> self) {
 }
 
 void H2Session::WakeAll() {
-  for (auto& [id, stream] : streams_) stream->Wake();
+  for (auto& [id, stream] : streams_) {
+    if (over_) {
+      stream->Abort();
+    } else {
+      stream->Wake();
+    }
+  }
 }
 
 io::Awaitable<void> H2Session::ServeStream(std::shared_ptr<H2Session> self, std::shared_ptr<Stream> stream) {
@@ -254,24 +272,12 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
 
   // The request as the fence sees any request: the pseudo-headers as its request line, its
   // :authority as Host.
-  RequestHead head;
-  std::string authority, method;
-  bool grpc = false;
-  for (const h2::Header& field : stream->head) {
-    if (field.name == ":method") {
-      method = field.value;
-      head.method_string(field.value);
-    } else if (field.name == ":path") {
-      head.target(field.value);
-    } else if (field.name == ":authority") {
-      authority = field.value;
-    } else if (!field.name.empty() && field.name[0] != ':') {
-      if (field.name == "content-type") grpc = std::string_view(field.value).starts_with("application/grpc");
-      head.insert(field.name, field.value);
-    }
-  }
-  if (!authority.empty() && head.count(http::field::host) == 0) head.insert(http::field::host, authority);
-  head.version(11);
+  H2Request request;
+  ReadH2Request(stream->head, request);
+  const RequestHead& head = request.head;
+  const std::string& authority = request.authority;
+  const std::string& method = request.method;
+  const bool grpc = request.grpc;
 
   record.method = method;
   record.path = std::string(head.target());
@@ -314,6 +320,14 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     Flush();
   };
 
+  if (grpc && !upstream_) {
+    // HTTP/1.1 cannot carry a gRPC call (its status comes in trailers): refused before
+    // admission, nothing forwarded.
+    plan.outcome = Outcome::kRejectedRequest;
+    refuse(MakeProblem(ProblemType::kGrpcNeedsHttp2Backend,
+                       "gRPC needs an HTTP/2 backend (backend_protocol: h2c); this proxy's backend speaks HTTP/1.1"));
+    co_return;
+  }
   if (plan.action == RequestPlan::Action::kReject) {
     refuse(plan.problem);
     co_return;
@@ -339,6 +353,14 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   record.outcome = plan.outcome;
   record.token = plan.problem.token;  // as HTTP/1.1's access line: the token read, and the max
   record.max_token = plan.problem.max_token;
+  // Bounded as an HTTP/1.1 exchange is, from its admission: a stream still open at
+  // timeouts.request is reset both ways, so an admitted call always ends and a raise never waits
+  // longer for it (a long-lived stream is reset too, as a long HTTP/1.1 response is cut off).
+  const auto deadline = std::chrono::steady_clock::now() + config.timeouts.request;
+  if (!upstream_) {
+    co_await RelayHttp1(*stream, plan, request, deadline, count, refuse);
+    co_return;
+  }
 
   // The head for the backend: the client's fields but the token as read (or none) and the
   // route's identity header as the proxy knows it.
@@ -362,7 +384,7 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   }
 
   error_code ec;
-  std::shared_ptr<H2Upstream::Stream> upstream = co_await upstream_.Open(upstream_head, stream->head_end, ec);
+  std::shared_ptr<H2Upstream::Stream> upstream = co_await upstream_->Open(upstream_head, stream->head_end, ec);
   if (!upstream) {
     plan.outcome = Outcome::kUpstreamError;
     refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached: " + ec.message()));
@@ -370,35 +392,30 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   }
   record.upstream_attempts = 1;
   stream->upstream = upstream;
-  // Bounded as an HTTP/1.1 exchange is, from its admission: a stream still open at
-  // timeouts.request is reset both ways, so an admitted call always ends and a raise never waits
-  // longer for it (a long-lived stream is reset too, as a long HTTP/1.1 response is cut off).
-  const auto deadline = std::chrono::steady_clock::now() + config.timeouts.request;
-
   bool client_done = stream->head_end;  // our side towards the backend has ended
   bool head_sent = false, response_done = false;
   for (;;) {
     if (over_) {
-      upstream_.Reset(*upstream, h2::kCancel);
+      upstream_->Reset(*upstream, h2::kCancel);
       co_return;
     }
     // Client to backend, while the backend's side takes it.
     while (!stream->events.empty()) {
       H2StreamEvent& event = stream->events.front();
       if (event.kind == h2::Event::Kind::kData) {
-        if (upstream_.Queued(*upstream) >= kHighWater) break;
-        if (!client_done) upstream_.Send(*upstream, event.data, false);
+        if (upstream_->Queued(*upstream) >= kHighWater) break;
+        if (!client_done) upstream_->Send(*upstream, event.data, false);
         codec_.Consume(stream->id, event.data.size());
         record.bytes_in += event.data.size();
       } else if (event.kind == h2::Event::Kind::kTrailers) {
-        if (!client_done) upstream_.Finish(*upstream, event.fields);
+        if (!client_done) upstream_->Finish(*upstream, event.fields);
         client_done = true;
       } else if (event.kind == h2::Event::Kind::kEnd) {
-        if (!client_done) upstream_.Send(*upstream, {}, true);
+        if (!client_done) upstream_->Send(*upstream, {}, true);
         client_done = true;
       } else if (event.kind == h2::Event::Kind::kReset) {
         stream->events.clear();
-        upstream_.Reset(*upstream, h2::kCancel);
+        upstream_->Reset(*upstream, h2::kCancel);
         co_return;
       }
       stream->events.pop_front();
@@ -416,7 +433,7 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
       } else if (event.kind == h2::Event::Kind::kData) {
         if (codec_.Queued(stream->id) >= kHighWater) break;
         codec_.SubmitData(stream->id, event.data, false);
-        upstream_.Consume(*upstream, event.data.size());
+        upstream_->Consume(*upstream, event.data.size());
         record.bytes_out += event.data.size();
       } else if (event.kind == h2::Event::Kind::kTrailers) {
         codec_.SubmitTrailers(stream->id, event.fields);
@@ -441,11 +458,11 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     if (response_done) {
       // The answer is complete: what the client still sends is not needed (the codec resets
       // the client's side), and the backend hears the same.
-      if (!client_done) upstream_.Reset(*upstream, h2::kNoError);
+      if (!client_done) upstream_->Reset(*upstream, h2::kNoError);
       co_return;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      upstream_.Reset(*upstream, h2::kCancel);
+      upstream_->Reset(*upstream, h2::kCancel);
       codec_.ResetStream(stream->id, h2::kCancel);
       Flush();
       co_return;
@@ -453,6 +470,35 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
     io::Timer& waiter = stream->Waiter();
     waiter.expires_at(deadline);
     co_await waiter.async_wait(kTuple);
+  }
+}
+
+io::Awaitable<void> H2Session::RelayHttp1(Stream& stream, RequestPlan& plan, const H2Request& request,
+                                          std::chrono::steady_clock::time_point deadline,
+                                          const std::function<void(Outcome)>& count,
+                                          const std::function<void(const Problem&)>& refuse) {
+  const ProxyConfig& config = stream.record.runtime->config();
+  Stream::Record& record = stream.record;
+  RelayBuffers::Lease relay = worker_.relay_buffers().Take();
+  H2StreamPort port{codec_,        stream.id, stream.events, stream.changed, stream.reset, over_, stream.http1,
+                    [this] { Flush(); }};
+  H2Http1Relay exchange(std::move(port), worker_.pool(), relay.data(), RelayBuffers::kSize, deadline);
+  const Http1HeadContext context{client_ip_, worker_.shared().backend_host,
+                                 config.headers_with_underscores == HeadersWithUnderscores::kDrop, identity_.joined};
+  ExchangeResult result = co_await exchange.Run(
+      request, stream.head_end, static_cast<size_t>(config.limits.buffered_body_bytes), config.limits.max_body_bytes,
+      [&](NextHopFraming framing) { return Http1RequestHead(request, plan, framing, context); });
+  record.upstream_attempts = result.attempts;
+  record.upstream_status = result.upstream_status;
+  record.bytes_in = result.bytes_in;
+  record.bytes_out = result.bytes_out;
+  if (result.problem) {
+    // Nothing was sent to the client yet: the problem, as HTTP/1.1 answers it.
+    plan.outcome = result.body_failed ? Outcome::kRejectedRequest : Outcome::kUpstreamError;
+    refuse(*result.problem);
+  } else if (result.status != 0) {
+    count(plan.outcome);
+    record.status = result.status;
   }
 }
 

@@ -1,13 +1,15 @@
 #pragma once
 // One HTTP/2 client connection (h2 chosen by ALPN on the TLS listener, h2c with prior knowledge
-// on a plain one), for a backend that speaks HTTP/2 (backend_protocol: h2c). The connection's
-// frames go through h2::Connection (the codec, no I/O); each stream is one request, which
-// PlanRequest and the fence see as they see an HTTP/1.1 one (server/admission.h), and which is
-// then relayed as it comes, both ways, over the worker's H2Upstream. See docs/design-notes.md,
+// on a plain one), whatever the backend speaks. The connection's frames go through
+// h2::Connection (the codec, no I/O); each stream is one request, which PlanRequest and the
+// fence see as they see an HTTP/1.1 one (server/admission.h), and which is then relayed as it
+// comes, both ways, over the worker's H2Upstream (backend_protocol: h2c), or becomes one
+// HTTP/1.1 exchange over its UpstreamPool (server/h2_http1_relay.h). See docs/design-notes.md,
 // "HTTP/2 and gRPC".
 //
 //   a stream's head   -> RequestHead (pseudo-headers as the request line, :authority as Host)
 //                     -> PlanRequest -> AcquireFence -> Admit
+//   a gRPC call to an HTTP/1.1 backend -> refused (grpc-needs-http2-backend) before admission
 //   refused           -> a gRPC call: trailers-only, grpc-status from the problem catalogue and
 //                        grpc-message its detail; anything else: the problem+json HTTP/1.1 gets
 //   admitted          -> the stream is in flight (AdmissionGuard) until both sides have ended
@@ -21,11 +23,16 @@
 
 #include "common/io.h"
 #include "h2/connection.h"
+#include "http/outcome.h"
+#include "http/problem.h"
+#include "server/h2_http1_relay.h"
+#include "server/request_plan.h"
 #include "server/worker.h"
 #include "tls/server_identity.h"
 #include "tls/server_stream.h"
 #include "upstream/h2_upstream.h"
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -38,9 +45,10 @@ namespace fencing {
 class H2Session : public std::enable_shared_from_this<H2Session> {
  public:
   // idle(true): no stream is open (the worker's sweep may close the connection after
-  // timeouts.idle); idle(false): a stream is.
+  // timeouts.idle); idle(false): a stream is. upstream: the HTTP/2 backend; null for an HTTP/1.1
+  // one (the worker's pool).
   H2Session(Worker& worker, tls::ServerStream& stream, const ClientIdentity& identity, std::string client_ip,
-            H2Upstream& upstream, std::function<void(bool idle)> idle);
+            H2Upstream* upstream, std::function<void(bool idle)> idle);
 
   // Serves the connection until it ends. already_read: bytes read before it was known to be
   // HTTP/2 (h2c's preface).
@@ -55,6 +63,11 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   // One stream from its head to its end; Handle is its request: plan, fence, relay.
   io::Awaitable<void> ServeStream(std::shared_ptr<H2Session> self, std::shared_ptr<Stream> stream);
   io::Awaitable<void> Handle(Stream& stream);
+  // An admitted stream to an HTTP/1.1 backend: one exchange (server/h2_http1_relay.h).
+  io::Awaitable<void> RelayHttp1(Stream& stream, RequestPlan& plan, const H2Request& request,
+                                 std::chrono::steady_clock::time_point deadline,
+                                 const std::function<void(Outcome)>& count,
+                                 const std::function<void(const Problem&)>& refuse);
   void WakeAll();
   void LogAccess(const Stream& stream) const;  // its access line (access_log), as HTTP/1.1's
   void EndIfDraining();  // shutting down and no stream open: GOAWAY, then the connection ends
@@ -63,7 +76,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   tls::ServerStream& client_;
   const ClientIdentity& identity_;
   std::string client_ip_;
-  H2Upstream& upstream_;
+  H2Upstream* upstream_;
   std::function<void(bool)> idle_;
   h2::Connection codec_;
   std::unordered_map<int32_t, std::shared_ptr<Stream>> streams_;

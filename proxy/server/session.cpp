@@ -154,7 +154,7 @@ io::Awaitable<void> Session::Handshake() {
     co_return;
   }
   stream_.TakeIdentity();
-  if (stream_.alpn() == "h2" && worker_.h2_upstream()) {
+  if (stream_.alpn() == "h2") {
     co_await RunH2({});
     co_return;
   }
@@ -163,7 +163,7 @@ io::Awaitable<void> Session::Handshake() {
 
 io::Awaitable<void> Session::RunH2(std::string already_read) {
   SessionPtr self(this);
-  auto h2 = std::make_shared<H2Session>(worker_, stream_, stream_.identity(), client_ip_, *worker_.h2_upstream(),
+  auto h2 = std::make_shared<H2Session>(worker_, stream_, stream_.identity(), client_ip_, worker_.h2_upstream(),
                                         [this](bool idle) {
                                           idle_ = idle;
                                           if (idle) idle_since_ = Clock::now();
@@ -249,12 +249,11 @@ io::Awaitable<void> Session::Run() {
     }
     if (first_read_) {
       // HTTP/2 with prior knowledge (h2c) begins with its preface, whose method PRI no HTTP/1.1
-      // request has (RFC 9113 3.4); its first 4 bytes decide. With no HTTP/2 backend it is just
-      // a request HTTP/1.1 refuses.
+      // request has (RFC 9113 3.4); its first 4 bytes decide, whatever the backend speaks.
       first_read_ = false;
       static constexpr std::string_view kPrefaceStart = "PRI ";
       const std::string_view got(static_cast<const char*>(buffer.data().data()), buffer.size());
-      if (worker_.h2_upstream() && got.starts_with(kPrefaceStart)) {
+      if (got.starts_with(kPrefaceStart)) {
         std::string already_read(got);
         buffer.consume(buffer.size());
         buffer_ = nullptr;

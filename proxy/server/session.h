@@ -66,7 +66,7 @@ class Session : public IntrusiveListNode<Session> {
   // Waits for the next request without a buffer or a coroutine; starts Run when it comes.
   void WaitCold();
   // The connection speaks HTTP/2 (ALPN h2, or h2c's preface first): an H2Session serves it to
-  // its end (server/h2_session.h). already_read: the bytes read before that was known.
+  // its end (server/h2_session.h), whatever the backend speaks. already_read: the bytes read before that was known.
   io::Awaitable<void> RunH2(std::string already_read);
   void Close();
   // The time by which the current step must end (enforced by Sweep); resets the timed-out flag.

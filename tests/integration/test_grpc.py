@@ -581,8 +581,6 @@ class GrpcStreamOrderTest(GrpcTestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
-@unittest.skip("not built yet (issue 26): HTTP/2 clients are served only with an HTTP/2 backend "
-               "(backend_protocol: h2c); with an HTTP/1.1 backend the proxy speaks HTTP/1.1 only")
 class PlainHttp2Test(ProxyTestCase):
     """Plain HTTP/2 (not gRPC) through h2c to the demo backend over HTTP/1.1 (backend_protocol
     left at its default, http1): the answers HTTP/1.1 gets."""

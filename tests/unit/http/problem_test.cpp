@@ -67,6 +67,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesStatusSlugAndTitleFromTheCatalogue) {
       {ProblemType::kLockServiceUnavailable, {"lock-service-unavailable", 503}},
       {ProblemType::kFenceStoreUnavailable, {"fence-store-unavailable", 503}},
       {ProblemType::kUpstreamTimeout, {"upstream-timeout", 504}},
+      {ProblemType::kGrpcNeedsHttp2Backend, {"grpc-needs-http2-backend", 501}},
   };
   for (const auto& [type, want] : expected) {
     Problem p = MakeProblem(type, "why");
@@ -98,6 +99,7 @@ Problem StaleProblem() {
 TEST(ProblemCatalogueTest, EachTypeHasTheGrpcStatusOfTheContractTable) {
   const std::vector<std::pair<ProblemType, GrpcStatus>> table = {
       {ProblemType::kStaleToken, GrpcStatus::kAborted},
+      {ProblemType::kGrpcNeedsHttp2Backend, GrpcStatus::kUnimplemented},
       {ProblemType::kTokenJump, GrpcStatus::kAborted},
       {ProblemType::kTokenNotVerified, GrpcStatus::kAborted},
       {ProblemType::kMalformedToken, GrpcStatus::kInvalidArgument},
