@@ -147,7 +147,7 @@ TEST(BackendProtocolConfigTest, EachValueAndItsBackend) {
   EXPECT_NE(DumpErrors(other).find("routes.yaml:3:19"), std::string::npos) << DumpErrors(other);
 }
 
-TEST(BackendProtocolConfigTest, H2cMakesTheTlsListenerOfferH2) {
+TEST(BackendProtocolConfigTest, EveryTlsListenerOffersH2) {
   const std::string tls = "tls:\n  cert_file: /c.pem\n  key_file: /k.pem\n";
   const ConfigResult plain = ParseConfig("state_file: s\nbackend: http://db:80\n" + tls, "routes.yaml");
   ASSERT_TRUE(plain.ok()) << DumpErrors(plain);

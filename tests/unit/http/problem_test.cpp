@@ -32,7 +32,7 @@ TEST(ProblemCatalogueTest, EveryTypeHasItsOwnSlugATitleAndAnErrorStatus) {
     const ProblemTypeInfo& info = kProblemTypes[i];
     EXPECT_TRUE(slugs.insert(info.slug).second) << "slug " << info.slug << " is declared twice";
     EXPECT_FALSE(info.slug.empty()) << i;
-    for (char c : info.slug) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '-') << info.slug << ": URN-safe slugs only";
+    for (char c : info.slug) EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') << info.slug << ": URN-safe slugs only";
     EXPECT_FALSE(info.title.empty()) << info.slug;
     EXPECT_GE(static_cast<unsigned>(info.status), 400u) << info.slug;
     EXPECT_LT(static_cast<unsigned>(info.status), 600u) << info.slug;
