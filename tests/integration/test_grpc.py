@@ -46,7 +46,7 @@ import unittest
 import grpc_support as gs
 import test_state_faults
 import tls_support
-from harness import ProxyTestCase, free_port, preload_env, wait_for
+from harness import IO_TIMEOUT, ProxyTestCase, free_port, preload_env, wait_for
 
 SKIP = gs.missing()
 grpc = gs.grpc
@@ -649,6 +649,178 @@ class PlainHttp2Test(ProxyTestCase):
         self.assertEqual((stale.status, stale.header(MAX_KEY)), (409, "6"),
                          "h2c PUT with token 5: 409 with the max 6: %r" % stale)
         self.assertEqual(self.tokens(), ["5", "6"], "the backend applied 5 (HTTP/1.1) and 6 (h2c)")
+
+
+def curl_h2(port, method, path, headers=(), body=None, stdin_body=False, timeout=IO_TIMEOUT):
+    """One h2c request with curl (prior knowledge) -> (status, body bytes). stdin_body: the body
+    is read from stdin, so curl sends it without a content-length."""
+    out = tempfile.NamedTemporaryFile(prefix="fp-h2-out-", delete=False)
+    out.close()
+    command = ["curl", "-sS", "--http2-prior-knowledge", "-X", method, "-o", out.name,
+               "-w", "%{http_code} %{http_version}", "--max-time", str(int(timeout))]
+    for name, value in headers:
+        command += ["-H", "%s: %s" % (name, value)]
+    if body is not None:
+        command += ["-T", "-"] if stdin_body else ["--data-binary", "@-"]
+    try:
+        run = subprocess.run(command + ["http://127.0.0.1:%d%s" % (port, path)], input=body or b"",
+                             capture_output=True, timeout=timeout + 5)
+        with open(out.name, "rb") as f:
+            received = f.read()
+    finally:
+        os.unlink(out.name)
+    status, _, version = run.stdout.decode().partition(" ")
+    if version != "2":
+        raise AssertionError("curl did not speak HTTP/2 (%r): %s" % (run.stdout, run.stderr[-500:]))
+    return int(status), received
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Http2ClientHttp1BackendTest(ProxyTestCase):
+    """HTTP/2 clients (nghttp, curl: h2c with prior knowledge) in front of an HTTP/1.1 backend
+    (backend_protocol left at http1), with a raw backend that records every byte it receives:
+    each admitted stream is one HTTP/1.1 exchange, under the HTTP/1.1 path's rules."""
+
+    ROUTES = [{"name": "orders", "prefix": "/orders"}]
+
+    def start(self, script="answer", limits=None, **backend_options):
+        self.backend = self.start_raw_backend(script, **backend_options)
+        config = {"threads": 1, "timeouts": timeouts(), "routes": self.ROUTES}
+        if limits:
+            config["limits"] = limits
+        self.proxy = self.start_proxy(config, self.backend.url)
+
+    def h2(self, method, path, token=None, body=None, headers=()):
+        fields = list(headers) + ([] if token is None else [("x-fencing-token", str(token))])
+        return gs.nghttp("http://127.0.0.1:%d%s" % (self.proxy.port, path), method, fields, body)
+
+    def test_stale_token_gets_409_problem_and_nothing_reaches_the_backend(self):
+        self.start()
+        first = self.h2("PUT", "/orders/1", 5, b"from 5")
+        self.assertEqual(first.status, 200, "an h2c PUT with token 5 reaches the HTTP/1.1 backend: %r"
+                         % first)
+        before = self.backend.connections()
+        stale = self.h2("PUT", "/orders/1", 4, b"from 4")
+        self.assertEqual(stale.status, 409, "token 4 after 5: %r" % stale)
+        self.assertEqual(stale.header("content-type"), "application/problem+json")
+        self.assertEqual(stale.header(MAX_KEY), "5", "X-Fencing-Token-Max: 5")
+        self.assertEqual(json.loads(stale.body)["type"], "urn:fencing-proxy:problem:stale-token")
+        self.backend.quiet(period=0.1)
+        self.assertEqual(self.backend.received_since(before), b"",
+                         "a refused HTTP/2 request sends nothing to the backend")
+
+    def test_admitted_put_reaches_the_backend_whole_with_its_length(self):
+        self.start()
+        body = b"order 1: " + b"x" * 5000
+        answer = self.h2("PUT", "/orders/1", 7, body, headers=[("te", "trailers"),
+                                                                ("x-note", "kept")])
+        self.assertEqual((answer.status, answer.body), (200, b"ok\n"),
+                         "the backend's answer comes back over HTTP/2: %r" % answer)
+        requests = self.backend.requests()
+        self.assertEqual(len(requests), 1, "one request at the backend: %r" % requests)
+        request = requests[0]
+        self.assertEqual((request.method, request.target), ("PUT", "/orders/1"))
+        self.assertEqual(request.body, body, "the body arrives whole")
+        self.assertEqual(request.header("Content-Length"), [str(len(body))],
+                         "framed by the proxy with the body's Content-Length")
+        self.assertEqual(request.header("Transfer-Encoding"), [], "and not chunked")
+        self.assertEqual(request.header("te"), [], "te is not forwarded to an HTTP/1.1 backend")
+        self.assertEqual(request.header("x-note"), ["kept"], "the client's fields go on")
+        self.assertEqual(request.header("Host"), ["127.0.0.1:%d" % self.proxy.port],
+                         ":authority becomes Host")
+        self.assertEqual(request.header("X-Fencing-Token"), ["7"])
+
+    def test_a_small_body_without_length_is_held_whole_and_sent_with_its_length(self):
+        self.start()
+        body = b"no length, held whole"
+        status, answer = curl_h2(self.proxy.port, "PUT", "/orders/2",
+                                 [("x-fencing-token", "3")], body, stdin_body=True)
+        self.assertEqual((status, answer), (200, b"ok\n"))
+        request = self.backend.requests()[0]
+        self.assertEqual(request.body, body)
+        self.assertEqual(request.header("Content-Length"), [str(len(body))],
+                         "a body held whole goes with its length, as a held chunked HTTP/1.1 body")
+
+    def test_a_long_body_without_length_streams_chunked(self):
+        self.start(limits={"buffered_body_bytes": 16384})
+        body = bytes(range(256)) * 1024  # 256 KiB, more than buffered_body_bytes
+        status, answer = curl_h2(self.proxy.port, "PUT", "/orders/3",
+                                 [("x-fencing-token", "3")], body, stdin_body=True)
+        self.assertEqual((status, answer), (200, b"ok\n"))
+        requests = self.backend.requests()
+        self.assertEqual(len(requests), 1, "one request: %r" % requests)
+        self.assertEqual(requests[0].header("Transfer-Encoding"), ["chunked"],
+                         "a body of unknown length that streams goes chunked")
+        self.assertEqual(requests[0].header("Content-Length"), [])
+        self.assertEqual(requests[0].body, body, "the body arrives whole")
+
+    def test_grpc_call_to_an_http1_backend_is_refused(self):
+        self.start()
+        channel = gs.insecure_channel(self.proxy.port)
+        self.addCleanup(channel.close)
+        result = gs.unary(channel, b"w", token=5, tag="to-http1")
+        self.assertEqual(result.code, Code.UNIMPLEMENTED, "a gRPC call needs an HTTP/2 backend: %r"
+                         % result)
+        self.assertIn("HTTP/2 backend", result.details or "",
+                      "grpc-message says why: %r" % result)
+        raw = gs.nghttp("http://127.0.0.1:%d%s" % (self.proxy.port, gs.PUT), "POST",
+                        [("content-type", "application/grpc"), ("x-fencing-token", "5")],
+                        b"\0\0\0\0\0")
+        self.assertTrue(raw.trailers_only, "answered trailers-only: %r" % raw)
+        self.assertEqual(raw.header("grpc-status") or raw.trailer("grpc-status"), "12")
+        self.backend.quiet(period=0.1)
+        self.assertEqual(self.backend.received(), b"", "nothing of a gRPC call is forwarded")
+
+    def test_stray_bytes_after_a_response_close_the_backend_connection(self):
+        def respond(request):
+            if request.target == "/orders/evil":
+                return [(0, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n"
+                            b"Content-Length: 6\r\n\r\nforged")]
+            return [(0, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")]
+        self.start("scripted", respond=respond)
+        evil = self.h2("GET", "/orders/evil")
+        self.assertEqual((evil.status, evil.body), (200, b"ok"),
+                         "the response ends at its framing: %r" % evil)
+        for n in range(2):
+            after = self.h2("GET", "/orders/next%d" % n)
+            self.assertEqual((after.status, after.body), (200, b"ok\n"),
+                             "the next request gets its own answer, never the forged one: %r" % after)
+        targets = [[r.target for r in self.backend.requests() if r.connection == i]
+                   for i in range(len(self.backend.connections()))]
+        self.assertEqual(targets[0], ["/orders/evil"],
+                         "the connection that sent bytes past its response is never reused: %r"
+                         % targets)
+        self.assertEqual(len(targets), 2, "a clean connection is reused: %r" % targets)
+
+    def test_a_response_larger_than_the_windows_arrives_whole(self):
+        big = bytes(range(251)) * 8000  # about 2 MB: many windows and relay buffers
+        def respond(request):
+            if request.target == "/orders/chunked":
+                pieces = [big[i:i + 70000] for i in range(0, len(big), 70000)]
+                data = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+                return [(0, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + data)]
+            return [(0, b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big)]
+        self.start("scripted", respond=respond)
+        for path in ("/orders/length", "/orders/chunked"):
+            with self.subTest(path=path):
+                status, body = curl_h2(self.proxy.port, "GET", path)
+                self.assertEqual(status, 200)
+                self.assertEqual(len(body), len(big), "the whole body arrives")
+                self.assertEqual(body, big, "byte for byte")
+
+    def test_a_backend_that_fails_before_its_head_is_a_502(self):
+        self.start("scripted", respond=lambda request: [(0, None)])
+        answer = self.h2("GET", "/orders/1")
+        self.assertEqual(answer.status, 502, "%r" % answer)
+        self.assertEqual(json.loads(answer.body)["type"],
+                         "urn:fencing-proxy:problem:upstream-unavailable")
+
+    def test_a_backend_that_fails_after_its_head_resets_the_stream(self):
+        self.start("scripted", respond=lambda request: [
+            (0, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"), (0.05, None)])
+        answer = self.h2("GET", "/orders/1")
+        self.assertEqual(answer.status, 200)
+        self.assertIsNotNone(answer.reset, "a response cut short ends with RST_STREAM: %r" % answer)
 
 
 class GrpcTlsTest(GrpcTestCase):

@@ -19,7 +19,7 @@ import time
 import unittest
 
 import grpc_support as gs
-from harness import IO_TIMEOUT, ProxyTestCase
+from harness import IO_TIMEOUT, ProxyTestCase, wait_for
 
 SKIP = gs.missing()
 
@@ -136,6 +136,103 @@ class Http2HostileTest(ProxyTestCase):
         self.assertGoneAway(frames, closed, "HTTP/1.1 bytes after the HTTP/2 preface")
         self.assertEqual(self.backend.calls(), [], "nothing reaches the backend")
         self.assertStillServes("garbage")
+
+
+def literal(name, value):
+    """An HPACK field line, literal without indexing, new name (lengths below 127)."""
+    name, value = name.encode(), value.encode()
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def request_block(method, path, fields=()):
+    """A request head in HPACK: :method and :path literal with their static-table names."""
+    block = b"\x02" + bytes([len(method)]) + method.encode() + b"\x86" + \
+        b"\x04" + bytes([len(path)]) + path.encode() + b"\x01\x01a"
+    return block + b"".join(literal(n, v) for n, v in fields)
+
+
+def stream_end(sock, stream=1, timeout=IO_TIMEOUT):
+    """Reads frames until stream `stream` ends (its RST_STREAM, or a frame with END_STREAM) or
+    the connection closes -> (the frames seen, how it ended: "reset", "end" or "closed")."""
+    sock.settimeout(timeout)
+    data, frames = b"", []
+    while True:
+        while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+            length = int.from_bytes(data[:3], "big")
+            kind, flags = data[3], data[4]
+            sid = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+            frames.append((kind, flags, sid, data[9:9 + length]))
+            data = data[9 + length:]
+            if sid == stream and kind == RST_STREAM:
+                return frames, "reset"
+            if sid == stream and kind in (HEADERS, DATA) and flags & END_STREAM:
+                return frames, "end"
+        chunk = sock.recv(65536)
+        if not chunk:
+            return frames, "closed"
+        data += chunk
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Http1BackendBodyTest(ProxyTestCase):
+    """An HTTP/2 request body whose DATA do not match its content-length, in front of an HTTP/1.1
+    backend (backend_protocol: http1, raw frames): the stream is reset, and nothing complete
+    reaches the backend; a body that streamed leaves the backend connection unfinished and
+    closed, never reused."""
+
+    def setUp(self):
+        super().setUp()
+        self.backend = self.start_raw_backend("answer")
+        self.proxy = self.start_proxy(
+            {"threads": 1,
+             "timeouts": {"connect": "1s", "request": "5s", "idle": "10s", "header_read": "5s",
+                          "shutdown": "5s"},
+             "limits": {"buffered_body_bytes": 16384},
+             "routes": [{"name": "orders", "prefix": "/orders"}]},
+            self.backend.url)
+
+    def send_short_body(self, declared, sent, before_end=None):
+        """A PUT declaring `declared` bytes that sends `sent`, then END_STREAM (once before_end()
+        holds, when given)."""
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=IO_TIMEOUT)
+        self.addCleanup(sock.close)
+        head = request_block("PUT", "/orders/1", [("x-fencing-token", "5"),
+                                                  ("content-length", str(declared))])
+        body = b"b" * sent
+        data = b"".join(frame(DATA, 0, 1, body[i:i + 16384]) for i in range(0, len(body), 16384))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, head) + data)
+        if before_end:
+            wait_for(before_end, what="the streamed part at the backend")
+        sock.sendall(frame(DATA, END_STREAM, 1))
+        frames, how = stream_end(sock)
+        statuses = [f for f in frames if f[0] == HEADERS and f[2] == 1]
+        self.assertTrue(how == "reset" or statuses,
+                        "the stream with %d of %d bytes ends in a reset or a refusal; it %s"
+                        % (sent, declared, how))
+        return how
+
+    def test_a_held_body_shorter_than_its_length_never_reaches_the_backend(self):
+        self.send_short_body(10, 5)
+        self.backend.quiet(period=0.2)
+        self.assertEqual(self.backend.received(), b"",
+                         "a body held whole that fell short reaches the backend not at all")
+
+    def test_a_streamed_body_shorter_than_its_length_is_left_unfinished(self):
+        self.send_short_body(60000, 40000, before_end=lambda: self.backend.connections() and
+                             len(self.backend.connections()[0]) > 16384)
+        self.backend.quiet(period=0.2)
+        first = self.backend.connections()[0]
+        self.assertTrue(first.startswith(b"PUT /orders/1 HTTP/1.1\r\n"), first[:100])
+        self.assertIn(b"Content-Length: 60000\r\n", first, "it streamed with the client's length")
+        self.assertEqual(self.backend.requests(), [],
+                         "the backend never has a complete request: %r" % self.backend.requests())
+        # The connection that carries an unfinished message is closed: the next request goes on
+        # a new one (on the old one it would be read as the rest of the body).
+        answer = gs.nghttp("http://127.0.0.1:%d/orders/2" % self.proxy.port, "GET")
+        self.assertEqual(answer.status, 200, "%r" % answer)
+        requests = self.backend.requests()
+        self.assertEqual([(r.connection, r.target) for r in requests], [(1, "/orders/2")],
+                         "the next request is on a new backend connection: %r" % requests)
 
 
 if __name__ == "__main__":
