@@ -121,6 +121,7 @@ io::Awaitable<error_code> H2Http1Relay::Collect(RequestBody& body, size_t keep) 
       }
       port_.events.pop_front();
     }
+    port_.flush();  // the window given back goes out
     if (ended_ || body.failed() || body.full(keep)) co_return error_code{};
     if (port_.cancel.timed_out) co_return asio::error::timed_out;
     if (!co_await Wait()) {
