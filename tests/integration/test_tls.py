@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import ssl
+import subprocess
 import time
 import unittest
 
@@ -73,7 +74,11 @@ class HandshakeTest(TlsTestCase):
     def test_tls_1_2_and_1_3_with_alpn_http_1_1(self):
         proxy = self.start()
         for version, name in ((ssl.TLSVersion.TLSv1_2, "TLSv1.2"), (ssl.TLSVersion.TLSv1_3, "TLSv1.3")):
-            ctx = self.ctx(self.writer, minimum=version, maximum=version, alpn=("h2", "http/1.1"))
+            # h2 is offered to every client, first (an HTTP/1.1 backend too: stream by stream)
+            both = self.ctx(self.writer, minimum=version, maximum=version, alpn=("h2", "http/1.1"))
+            with tls_connect(proxy.port, both) as sock:
+                self.assertEqual(sock.selected_alpn_protocol(), "h2", name)
+            ctx = self.ctx(self.writer, minimum=version, maximum=version, alpn=("http/1.1",))
             with tls_connect(proxy.port, ctx) as sock:
                 self.assertEqual(sock.version(), name)
                 self.assertEqual(sock.selected_alpn_protocol(), "http/1.1")
@@ -87,14 +92,36 @@ class HandshakeTest(TlsTestCase):
         with tls_connect(proxy.port, ctx) as sock:
             self.assertIsNone(sock.selected_alpn_protocol())
         self.assertEqual(request(proxy.port, ctx, "GET", "/open/2")[0], 200)
-        self.assertGreaterEqual(self.handshakes(proxy, "ok"), 5)
+        self.assertGreaterEqual(self.handshakes(proxy, "ok"), 7)
 
-    def test_alpn_without_http_1_1_is_refused(self):
-        """RFC 7301: a client whose protocols the server speaks none of gets no_application_protocol
-        (it would otherwise speak h2 to an HTTP/1.1 server)."""
+    def test_h2_client_over_tls_in_front_of_an_http1_backend(self):
+        """h2 chosen by ALPN, the backend HTTP/1.1: the stream becomes one HTTP/1.1 request with
+        the client's identity, its body whole with its Content-Length."""
         proxy = self.start()
+        cert, key = self.writer
+        body = b"over h2 and TLS"
+        run = subprocess.run(
+            ["curl", "-sS", "--http2", "--cacert", self.ca_file, "--cert", cert, "--key", key,
+             "-X", "PUT", "-H", "x-fencing-token: 5", "--data-binary", "@-", "-o", "/dev/null",
+             "-w", "%{http_code} %{http_version}", "--max-time", str(int(IO_TIMEOUT)),
+             "https://127.0.0.1:%d/orders/1" % proxy.port],
+            input=body, capture_output=True, timeout=IO_TIMEOUT + 5)
+        self.assertEqual(run.stdout, b"200 2", "an h2 PUT over TLS: %r %r" % (run.stdout, run.stderr))
+        requests = self.backend.requests()
+        self.assertEqual(len(requests), 1, "%r" % requests)
+        self.assertEqual(requests[0].body, body)
+        self.assertEqual(requests[0].header("Content-Length"), [str(len(body))])
+        self.assertEqual(requests[0].header(IDENTITY_HEADER), [WRITER],
+                         "the client certificate's identity reaches the backend")
+
+    def test_alpn_with_no_protocol_the_proxy_speaks_is_refused(self):
+        """RFC 7301: a client whose protocols the server speaks none of gets no_application_protocol
+        (an h2-only client is served h2, whatever the backend speaks)."""
+        proxy = self.start()
+        with tls_connect(proxy.port, self.ctx(self.writer, alpn=("h2",))) as sock:
+            self.assertEqual(sock.selected_alpn_protocol(), "h2")
         with self.assertRaises(ssl.SSLError) as caught:
-            tls_connect(proxy.port, self.ctx(self.writer, alpn=("h2",)))
+            tls_connect(proxy.port, self.ctx(self.writer, alpn=("spdy/3.1", "h3")))
         self.assertIn("NO APPLICATION PROTOCOL", str(caught.exception).upper().replace("_", " "))
         wait_for(lambda: self.handshakes(proxy, "failed") >= 1, what="the failed handshake counted")
         self.assertEqual(self.backend.received(), b"")
