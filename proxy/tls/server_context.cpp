@@ -20,9 +20,9 @@ constexpr long kSessionLifetimeSeconds = 300;  // nginx's ssl_session_timeout
 // resume a session with a client certificate without one).
 constexpr unsigned char kSessionIdContext[] = "fencing-proxy";
 
-// ALPN: "http/1.1" or a fatal no_application_protocol alert (see the header).
-// ALPN: the server's protocols in its order of preference (h2 first when the backend speaks
-// HTTP/2), each length-prefixed as the wire writes them; `arg` is one of these two lists.
+// ALPN: the server's protocols in its order of preference (h2 first when offer_h2, which the
+// loader sets for every listener), each length-prefixed as the wire writes them; `arg` is one of
+// these two lists. Neither offered: a fatal no_application_protocol alert (see the header).
 const unsigned char kHttp11Only[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 const unsigned char kH2ThenHttp11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 

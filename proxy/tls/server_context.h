@@ -6,10 +6,10 @@
 //   TLS 1.2       ECDHE key exchange with AES-GCM or CHACHA20-POLY1305 only (TLS 1.3's suites
 //                 are all of that kind: OpenSSL's defaults)
 //   options       no renegotiation, no compression
-//   ALPN          "http/1.1". A client that offers ALPN without it is refused with the
-//                 no_application_protocol alert (RFC 7301 section 3.2, as nginx does since
-//                 1.21.4): it would otherwise speak h2 to an HTTP/1.1 server. A client that offers
-//                 no ALPN at all is served HTTP/1.1.
+//   ALPN          "h2" then "http/1.1" (offer_h2, set for every listener: HTTP/2 clients are
+//                 served whatever the backend speaks). A client that offers ALPN with neither is
+//                 refused with the no_application_protocol alert (RFC 7301 section 3.2, as nginx
+//                 does since 1.21.4). A client that offers no ALPN at all is served HTTP/1.1.
 //   sessions      as nginx's defaults: tickets on (their keys are the context's own, so a new
 //                 context after a reload starts new ones), no server-side session cache, sessions
 //                 live 5 minutes
