@@ -211,6 +211,27 @@ class Http1BackendBodyTest(ProxyTestCase):
                         % (sent, declared, how))
         return how
 
+    def test_a_streamed_chunked_body_whose_client_resets_is_left_unfinished(self):
+        sock = socket.create_connection(("127.0.0.1", self.proxy.port), timeout=IO_TIMEOUT)
+        self.addCleanup(sock.close)
+        head = request_block("PUT", "/orders/1", [("x-fencing-token", "5")])  # no content-length
+        data = b"".join(frame(DATA, 0, 1, b"c" * 16384) for _ in range(3))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, head) + data)
+        wait_for(lambda: self.backend.connections() and len(self.backend.connections()[0]) > 16384,
+                 what="the streamed part at the backend")
+        sock.sendall(frame(RST_STREAM, 0, 1, struct.pack(">I", CANCEL)))
+        answer = gs.nghttp("http://127.0.0.1:%d/orders/2" % self.proxy.port, "GET")
+        self.assertEqual(answer.status, 200, "%r" % answer)
+        self.backend.quiet(period=0.2)
+        first = self.backend.connections()[0]
+        self.assertTrue(b"Transfer-Encoding: chunked\r\n" in first.split(b"\r\n\r\n")[0] + b"\r\n",
+                        "it streamed chunked: %r" % first[:300])
+        self.assertFalse(first.endswith(b"0\r\n\r\n"), "no last chunk: the message stays unfinished")
+        requests = self.backend.requests()
+        self.assertEqual([(r.connection, r.target) for r in requests], [(1, "/orders/2")],
+                         "the reset PUT never becomes a complete request, and its backend "
+                         "connection is not reused: %r" % requests)
+
     def test_a_held_body_shorter_than_its_length_never_reaches_the_backend(self):
         self.send_short_body(10, 5)
         self.backend.quiet(period=0.2)
@@ -223,7 +244,8 @@ class Http1BackendBodyTest(ProxyTestCase):
         self.backend.quiet(period=0.2)
         first = self.backend.connections()[0]
         self.assertTrue(first.startswith(b"PUT /orders/1 HTTP/1.1\r\n"), first[:100])
-        self.assertIn(b"Content-Length: 60000\r\n", first, "it streamed with the client's length")
+        self.assertTrue(b"Content-Length: 60000\r\n" in first.split(b"\r\n\r\n")[0] + b"\r\n",
+                        "it streamed with the client's length: %r" % first[:300])
         self.assertEqual(self.backend.requests(), [],
                          "the backend never has a complete request: %r" % self.backend.requests())
         # The connection that carries an unfinished message is closed: the next request goes on
