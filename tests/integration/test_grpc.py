@@ -1,8 +1,7 @@
 """gRPC and plain HTTP/2 through the real binary: the fence on gRPC calls (issue 26).
 
 Written before the feature. What is not built yet is skipped with the reason (an h2 backend
-over TLS, plain HTTP/2 clients in front of an HTTP/1.1 backend, the reset of open lower-token
-streams at the raise's bound); everything else runs in CI.
+over TLS); everything else runs in CI.
 
 A real gRPC backend (grpc_support.GrpcBackend: orders.v1.OrderStore with a unary Put, a
 client-streaming Upload, a server-streaming Watch and a bidi Chat, recording every call it
@@ -25,7 +24,11 @@ expects:
   open server stream; at timeouts.request the lower-token stream still open is reset, and none of
   its later messages reaches the backend; equal tokens run concurrently;
 - plain HTTP/2 (not application/grpc) gets the answers HTTP/1.1 gets (the demo backend over
-  HTTP/1.1 behind it), and HTTP/1.1 keeps working on the same port.
+  HTTP/1.1 behind it), and HTTP/1.1 keeps working on the same port;
+- HTTP/2 clients in front of an HTTP/1.1 backend (a raw recording backend): each admitted stream
+  is one HTTP/1.1 exchange under the HTTP/1.1 path's rules (bodies whole with their length or
+  streamed chunked, stray bytes close the backend connection, responses larger than the windows,
+  502 before the head and RST_STREAM after it), and a gRPC call is refused (UNIMPLEMENTED).
 
 Skips with a message naming what is missing (python3-grpcio, nghttp2-client);
 FP_REQUIRE_LOCK_SERVICES=1 (scripts/test.sh) makes that a failure. Not covered here: HTTP/2's own

@@ -1,7 +1,8 @@
 """HTTP/2's own attacks against the real binary (issue 26), with raw frames over a socket.
 
-The proxy speaks HTTP/2 to clients only with an HTTP/2 backend (`backend_protocol: h2c`); behind
-it here is the recording gRPC backend of the gRPC tests. Each attack ends with the connection
+Behind the proxy here is the recording gRPC backend of the gRPC tests (`backend_protocol: h2c`);
+Http1BackendBodyTest puts a raw HTTP/1.1 backend there instead, for request bodies whose DATA do
+not match their content-length or whose client resets them mid-stream. Each attack ends with the connection
 closed by the proxy (after its GOAWAY), the proxy still serving a new client, and nothing of the
 attack's requests at the backend beyond what a well-behaved client could have sent:
 
