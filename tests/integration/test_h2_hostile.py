@@ -16,6 +16,7 @@ rest of the table in proxy/h2/connection.h; these check that the session does no
 
 import socket
 import struct
+import threading
 import time
 import unittest
 
@@ -172,6 +173,81 @@ def stream_end(sock, stream=1, timeout=IO_TIMEOUT):
         if not chunk:
             return frames, "closed"
         data += chunk
+
+
+class StreamingBackend:
+    """An HTTP/1.1 backend that answers its first request with a `size`-byte body, written in
+    64 KiB pieces as fast as the proxy takes them; `sent` counts what the socket accepted."""
+
+    def __init__(self, size):
+        self.size, self.sent, self.done = size, 0, False
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        self.listener.settimeout(IO_TIMEOUT)
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+            conn.settimeout(IO_TIMEOUT)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.size)
+            piece = b"p" * 65536
+            try:
+                while self.sent < self.size and not self.done:
+                    self.sent += conn.send(piece[:self.size - self.sent])
+            except OSError:
+                pass
+
+    def stop(self):
+        self.done = True
+        self.listener.close()
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Http1BackendBackPressureTest(ProxyTestCase):
+    """A slow HTTP/2 client holds back the HTTP/1.1 backend's read: the proxy queues at most a
+    window's worth for the stream, so what the backend manages to send is bounded by that and
+    the sockets' buffers, not by the response's size."""
+
+    SIZE = 256 * 1024 * 1024
+
+    def test_a_client_that_does_not_read_holds_back_the_backend(self):
+        backend = StreamingBackend(self.SIZE)
+        self.addCleanup(backend.stop)
+        proxy = self.start_proxy(
+            {"threads": 1,
+             "timeouts": {"connect": "1s", "request": "30s", "idle": "30s", "header_read": "5s",
+                          "shutdown": "5s"},
+             "routes": [{"name": "orders", "prefix": "/orders"}]},
+            "http://127.0.0.1:%d" % backend.port)
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT)
+        self.addCleanup(sock.close)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        # A client that gives the proxy a window of its default size and never reads further.
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0) +
+                     frame(HEADERS, END_HEADERS | END_STREAM, 1, request_block("GET", "/orders/big")))
+
+        def stalled():
+            before = backend.sent
+            time.sleep(0.3)
+            return backend.sent > 0 and backend.sent == before
+        wait_for(stalled, timeout=20, what="the backend's writes to stall")
+        self.assertLess(backend.sent, 32 * 1024 * 1024,
+                        "the backend sent %d bytes of %d to a client that read nothing: the proxy "
+                        "must stop reading once a window's worth is queued" % (backend.sent, self.SIZE))
 
 
 @unittest.skipIf(SKIP, SKIP)
