@@ -686,9 +686,9 @@ class Http2ClientHttp1BackendTest(ProxyTestCase):
 
     ROUTES = [{"name": "orders", "prefix": "/orders"}]
 
-    def start(self, script="answer", limits=None, **backend_options):
+    def start(self, script="answer", limits=None, request_timeout="10s", **backend_options):
         self.backend = self.start_raw_backend(script, **backend_options)
-        config = {"threads": 1, "timeouts": timeouts(), "routes": self.ROUTES}
+        config = {"threads": 1, "timeouts": timeouts(request_timeout), "routes": self.ROUTES}
         if limits:
             config["limits"] = limits
         self.proxy = self.start_proxy(config, self.backend.url)
@@ -810,6 +810,29 @@ class Http2ClientHttp1BackendTest(ProxyTestCase):
                 self.assertEqual(status, 200)
                 self.assertEqual(len(body), len(big), "the whole body arrives")
                 self.assertEqual(body, big, "byte for byte")
+
+    def test_at_most_once_on_a_reused_connection_the_backend_closed(self):
+        """The HTTP/1.1 path's resend rule: the backend reads the second request of a connection
+        and closes it without a byte of answer. An idempotent PUT is sent once more on a new
+        connection; a POST is not (502), however the client spoke."""
+        self.start("read_then_close", nth=2)
+        self.assertEqual(self.h2("PUT", "/orders/1", 1, b"first").status, 200)
+        put = self.h2("PUT", "/orders/1", 2, b"second")
+        self.assertEqual(put.status, 200, "an idempotent PUT is resent once: %r" % put)
+        self.assertEqual(self.backend.count(b"second"), 2, "sent twice: once on the closed "
+                         "connection, once on a new one")
+        self.assertEqual(self.h2("PUT", "/orders/1", 3, b"third").status, 200)
+        post = self.h2("POST", "/orders/1", 4, b"fourth")
+        self.assertEqual(post.status, 502, "a POST the backend may have read is never resent: %r"
+                         % post)
+        self.assertEqual(self.backend.count(b"fourth"), 1, "the POST reached the backend once")
+
+    def test_a_backend_that_never_answers_is_a_504_at_the_request_timeout(self):
+        self.start("record", request_timeout="1s")
+        answer = self.h2("GET", "/orders/1")
+        self.assertEqual(answer.status, 504, "%r" % answer)
+        self.assertEqual(json.loads(answer.body)["type"],
+                         "urn:fencing-proxy:problem:upstream-timeout")
 
     def test_a_backend_that_fails_before_its_head_is_a_502(self):
         self.start("scripted", respond=lambda request: [(0, None)])
