@@ -174,16 +174,8 @@ void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const O
       continue;
     }
     if (connection_tokens && connection_tokens->Names(name)) continue;
-    take(name, field.value());
+    out.Field(name, field.value());
   }
-}
-
-// Writes them as field lines.
-template <typename FieldList>
-void WriteEndToEndFields(const FieldList& from, const FieldFacts& facts, const Omit& omit,
-                         ForwardedFor* forwarded_for, HeadWriter& out) {
-  ForEachEndToEndField(from, facts, omit, forwarded_for,
-                       [&out](std::string_view name, std::string_view value) { out.Field(name, value); });
 }
 
 // The longest framing line either writer adds: a Content-Length of 20 digits, or chunked.
