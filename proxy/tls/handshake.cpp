@@ -12,7 +12,7 @@ namespace {
 
 // The category's codes: a verification failure is kVerifyBase + its X509_V_ERR_* code (all small
 // and positive), so its reason survives in the error_code.
-enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kRefusedAfter = 4, kVerifyBase = 1000 };
+enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kRefusedAfter = 4, kAlpnRefused = 5, kVerifyBase = 1000 };
 
 class HandshakeCategory final : public boost::system::error_category {
  public:
@@ -28,6 +28,8 @@ class HandshakeCategory final : public boost::system::error_category {
       case kRefusedAfter:
         return "the backend closed the connection right after the TLS handshake, before the request could be "
                "written (a TLS 1.3 server refusing the client certificate does this)";
+      case kAlpnRefused:
+        return "the backend did not select h2 by ALPN (it does not speak HTTP/2 over TLS there)";
       default:
         if (value > kVerifyBase) {
           return std::string("certificate verify failed: ") + X509_verify_cert_error_string(value - kVerifyBase);
@@ -69,6 +71,8 @@ boost::system::error_code RefusedAfterHandshake(const boost::system::error_code&
   if (ec.category() == boost::asio::error::get_ssl_category()) return ec;  // the alert itself: more precise
   return {kRefusedAfter, Category()};
 }
+
+boost::system::error_code AlpnRefused() { return {kAlpnRefused, Category()}; }
 
 bool IsTlsFailure(const boost::system::error_code& ec) {
   return ec.category() == Category() || ec.category() == boost::asio::error::get_ssl_category();

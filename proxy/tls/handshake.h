@@ -41,6 +41,11 @@ boost::system::error_code HandshakeFailure(const boost::system::error_code& ec, 
 // is how a refusal shows when its alert is not read first.
 boost::system::error_code RefusedAfterHandshake(const boost::system::error_code& ec);
 
+// The error for a handshake that verified but in which the server did not select the protocol
+// the connection offered by ALPN, alone (h2 for backend_protocol h2): it would not understand
+// what we would send, so nothing is.
+boost::system::error_code AlpnRefused();
+
 // Whether ec is a TLS failure: a failed handshake (HandshakeFailure), or an error of the TLS
 // layer itself later on (a fatal alert such as TLS 1.3's "certificate required", a bad record).
 // A peer that merely closes (eof, a stream cut short) is not one.

@@ -3,9 +3,14 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -20,12 +25,33 @@ using io::kTuple;
 // closed or reset it, or broke the protocol): the request may have reached the backend.
 constexpr uint32_t kConnectionLost = h2::kInternalError;
 
+// ALPN protocol list, wire format: h2 alone. Offering http/1.1 beside it would let a server that
+// prefers HTTP/1.1 pick it, and this connection speaks nothing but HTTP/2.
+constexpr unsigned char kAlpnH2[] = {2, 'h', '2'};
+
+// Whether the server selected h2 (a server that ignores ALPN selects nothing).
+bool SelectedH2(const SSL* ssl) {
+  const unsigned char* selected = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(ssl, &selected, &length);
+  return length == 2 && std::memcmp(selected, "h2", 2) == 0;
+}
+
+using TlsStream = asio::ssl::stream<io::Socket&>;
+
 class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(io::Executor executor, const h2::Settings& settings)
       : socket(std::move(executor)), codec(h2::Role::kClient, settings) {}
 
   bool usable() const { return !dead && !going_away && codec.StreamsAvailable() > 0; }
+
+  // No new stream goes here (made with TLS settings a reload replaced): it closes once its last
+  // stream has ended, at once if it has none.
+  void Retire() {
+    going_away = true;
+    if (streams.empty() && !writing) Fail();
+  }
 
   void Start() {
     asio::co_spawn(socket.get_executor(), ReadLoop(shared_from_this()), asio::detached);
@@ -97,17 +123,22 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
   }
 
   io::Socket socket;
+  // h2: the settings it was made with, and the TLS stream over socket (declared after it, so
+  // destroyed first). Null for h2c, whose reads and writes go to the socket itself.
+  std::shared_ptr<TlsClientContext> tls_context;
+  std::unique_ptr<TlsStream> tls;
   h2::Connection codec;
   std::unordered_map<int32_t, std::weak_ptr<Stream>> streams;
   bool writing = false;
   bool dead = false;
-  bool going_away = false;  // the backend sent GOAWAY
+  bool going_away = false;  // the backend sent GOAWAY, or the connection is retired
 
  private:
   static io::Awaitable<void> ReadLoop(std::shared_ptr<Connection> self) {
     std::vector<uint8_t> buffer(16 * 1024);
     while (!self->dead) {
-      auto [ec, n] = co_await self->socket.async_read_some(asio::buffer(buffer), kTuple);
+      auto [ec, n] = self->tls ? co_await self->tls->async_read_some(asio::buffer(buffer), kTuple)
+                               : co_await self->socket.async_read_some(asio::buffer(buffer), kTuple);
       if (ec) {
         self->Fail();
         break;
@@ -122,6 +153,10 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
         if (!self->writing) self->Fail();
         break;
       }
+      if (self->going_away && self->streams.empty() && !self->writing) {
+        self->Fail();  // its last stream has ended, and no new one may come
+        break;
+      }
     }
   }
 
@@ -130,7 +165,8 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
     while (!self->dead && self->codec.WantWrite()) {
       out.clear();
       self->codec.TakeOutput(&out);
-      auto [ec, n] = co_await asio::async_write(self->socket, asio::buffer(out), kTuple);
+      auto [ec, n] = self->tls ? co_await asio::async_write(*self->tls, asio::buffer(out), kTuple)
+                               : co_await asio::async_write(self->socket, asio::buffer(out), kTuple);
       if (ec) {
         self->Fail();
         break;
@@ -153,14 +189,26 @@ H2Upstream::Stream::~Stream() {
 }
 
 H2Upstream::H2Upstream(io::Executor executor, std::vector<tcp::endpoint> backend,
-                       std::chrono::milliseconds connect_timeout, h2::Settings settings)
+                       std::chrono::milliseconds connect_timeout, h2::Settings settings,
+                       const HandshakeObserver* handshakes)
     : executor_(std::move(executor)),
       backend_(std::move(backend)),
       connect_timeout_(connect_timeout),
-      settings_(settings) {}
+      settings_(settings),
+      handshakes_(handshakes) {}
 
 H2Upstream::~H2Upstream() {
   for (const std::shared_ptr<Connection>& connection : connections_) connection->Fail();
+}
+
+void H2Upstream::SetTls(std::shared_ptr<TlsClientContext> tls) {
+  if (tls == tls_) return;
+  tls_ = std::move(tls);
+  // A reload that changed the CA must not leave connections verified by the old one taking new
+  // streams; the streams already on them finish there.
+  for (const std::shared_ptr<Connection>& connection : connections_) {
+    if (connection->tls_context != tls_) connection->Retire();
+  }
 }
 
 size_t H2Upstream::connections() const {
@@ -178,7 +226,8 @@ size_t H2Upstream::room() const {
 
 io::Awaitable<std::shared_ptr<H2Upstream::Connection>> H2Upstream::Connect(error_code& ec) {
   auto connection = std::make_shared<Connection>(executor_, settings_);
-  // The connect, bounded: the timer closes the socket when it fires first.
+  // The connect and the TLS handshake, bounded together: the timer closes the socket when it
+  // fires first.
   io::Timer deadline(executor_);
   deadline.expires_after(connect_timeout_);
   auto timed_out = std::make_shared<bool>(false);  // (the handler may run after this frame is gone)
@@ -191,13 +240,46 @@ io::Awaitable<std::shared_ptr<H2Upstream::Connection>> H2Upstream::Connect(error
     }
   });
   auto [cec, endpoint] = co_await asio::async_connect(connection->socket, backend_, kTuple);
-  deadline.cancel();
   if (cec || *timed_out) {
+    deadline.cancel();
     ec = *timed_out ? asio::error::timed_out : cec;
     co_return nullptr;
   }
   error_code ignored;
   connection->socket.set_option(tcp::no_delay(true), ignored);
+  if (tls_) {
+    // The settings in force as it began (a reload during the handshake leaves it on them).
+    connection->tls_context = tls_;
+    connection->tls = std::make_unique<TlsStream>(connection->socket, tls_->context());
+    SSL* ssl = connection->tls->native_handle();
+    error_code hec;
+    // Per connection, ALPN h2 alone replaces the context's http/1.1 (0 is success here).
+    if (connection->tls_context->Prepare(ssl) && SSL_set_alpn_protos(ssl, kAlpnH2, sizeof kAlpnH2) == 0) {
+      std::tie(hec) = co_await connection->tls->async_handshake(asio::ssl::stream_base::client, kTuple);
+      if (hec || *timed_out) {
+        hec = HandshakeFailure(hec, ssl, *timed_out);
+      } else if (!SelectedH2(ssl)) {
+        hec = AlpnRefused();  // verified, but it would not understand our frames: none are sent
+      }
+    } else {
+      hec = HandshakeFailure({}, nullptr, false);
+    }
+    if (handshakes_) handshakes_->Handshake(ResultOf(hec));
+    if (hec) {
+      deadline.cancel();
+      connection->Fail();
+      ec = hec;
+      co_return nullptr;
+    }
+  }
+  deadline.cancel();
+  if (*timed_out) {
+    ec = asio::error::timed_out;
+    co_return nullptr;
+  }
+  // Made with settings a reload replaced while it connected: the stream it was made for goes on
+  // it, no other.
+  if (connection->tls_context != tls_) connection->going_away = true;
   connection->Start();
   connections_.push_back(connection);
   co_return connection;
@@ -208,7 +290,7 @@ io::Awaitable<std::shared_ptr<H2Upstream::Stream>> H2Upstream::Open(const h2::He
   std::erase_if(connections_, [](const auto& connection) { return connection->dead; });
   std::shared_ptr<Connection> connection;
   for (const std::shared_ptr<Connection>& candidate : connections_) {
-    if (candidate->usable()) {
+    if (candidate->usable() && candidate->tls_context == tls_) {
       connection = candidate;
       break;
     }

@@ -1,12 +1,13 @@
 #pragma once
-// A worker's HTTP/2 connections to an h2c backend (backend_protocol: h2c), streams multiplexed
-// over them: the upstream half of the proxy's HTTP/2 path (docs/design-notes.md, "HTTP/2 and
-// gRPC"). Each connection is a TCP socket and an h2::Connection (the codec, no I/O) driven by
-// one read coroutine and, while it has frames to send, one write coroutine, all on the worker's
-// thread: no lock.
+// A worker's HTTP/2 connections to the backend (backend_protocol: h2c in the clear, or h2 over
+// TLS), streams multiplexed over them: the upstream half of the proxy's HTTP/2 path
+// (docs/design-notes.md, "HTTP/2 and gRPC"). Each connection is a TCP socket (for h2, the TLS
+// stream over it) and an h2::Connection (the codec, no I/O) driven by one read coroutine and,
+// while it has frames to send, one write coroutine, all on the worker's thread: no lock.
 //
 //   Open(head)        a stream on a connection with room (the backend's max_concurrent_streams),
-//                     or on a new one (connect bounded by connect_timeout)
+//                     or on a new one (connect, and for h2 the TLS handshake, bounded together
+//                     by connect_timeout)
 //   stream->events    what the backend sent, in order (owned copies of the codec's events);
 //                     stream->changed() wakes the owner when events come or its data was sent
 //   Send / Finish     our body and trailers; Queued says how much the backend has not taken yet
@@ -17,9 +18,19 @@
 // streams with a kReset event (REFUSED_STREAM for a stream the backend says it never processed:
 // safe to send again); the next Open makes a new one. At most once: nothing here sends a
 // stream's bytes twice.
+//
+// h2 (SetTls): the backend's chain and name are verified as for an HTTP/1.1 https backend (the
+// same TlsClientContext and PrepareClientConnection), and the connection offers ALPN h2 alone
+// and is used only when the server selected it: a server that ignores ALPN or picks http/1.1
+// would not understand HTTP/2 frames, so none are sent. A failed handshake or selection is an
+// Open error that IsTlsFailure (tls/handshake.h) recognises, with nothing written. New settings
+// (a reload) apply to new connections; those made with the old ones take no new stream and
+// close once their last stream has ended.
 
 #include "common/io.h"
 #include "h2/connection.h"
+#include "tls/client_context.h"
+#include "tls/handshake.h"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/system/error_code.hpp>
@@ -69,11 +80,17 @@ class H2Upstream {
     int32_t id_ = 0;
   };
 
+  // handshakes: told of every TLS handshake (null: nobody counts them).
   H2Upstream(io::Executor executor, std::vector<boost::asio::ip::tcp::endpoint> backend,
-             std::chrono::milliseconds connect_timeout, h2::Settings settings = {});
+             std::chrono::milliseconds connect_timeout, h2::Settings settings = {},
+             const HandshakeObserver* handshakes = nullptr);
   ~H2Upstream();
   H2Upstream(const H2Upstream&) = delete;
   H2Upstream& operator=(const H2Upstream&) = delete;
+
+  // The TLS of new connections (backend_protocol h2): null for h2c. Connections made with other
+  // settings take no new stream, and close once their streams have ended (at once when idle).
+  void SetTls(std::shared_ptr<TlsClientContext> tls);
 
   // Opens a stream with this head (pseudo-headers first); end_stream: no body follows. On a
   // connection with room, or a new one. Null with ec set when no connection could be had.
@@ -100,6 +117,8 @@ class H2Upstream {
   std::vector<boost::asio::ip::tcp::endpoint> backend_;
   std::chrono::milliseconds connect_timeout_;
   h2::Settings settings_;
+  const HandshakeObserver* handshakes_;
+  std::shared_ptr<TlsClientContext> tls_;  // null: h2c
   std::vector<std::shared_ptr<Connection>> connections_;
 };
 
