@@ -983,11 +983,11 @@ class Loader {
       Error(*top_.backend_tls_at, "backend_tls: the backend is http://; TLS settings need an https:// backend (write "
                                   "https://, or drop backend_tls)");
     }
-    // h2c is HTTP/2 in the clear: an http:// backend. h2 (over TLS) is not built yet.
+    // h2c is HTTP/2 in the clear: an http:// backend; h2 is HTTP/2 over TLS: an https:// one.
     if (top_.backend_protocol_at && top_.backend_ok) {
-      if (c.backend_protocol == BackendProtocol::kH2) {
-        Error(*top_.backend_protocol_at, "backend_protocol: h2 (HTTP/2 over TLS to the backend) is not supported yet; "
-                                         "use h2c with an http:// backend, or http1");
+      if (c.backend_protocol == BackendProtocol::kH2 && !c.backend_https) {
+        Error(*top_.backend_protocol_at, "backend_protocol: h2 is HTTP/2 over TLS and the backend is http://; "
+                                         "write h2c for HTTP/2 in the clear, or an https:// backend");
       } else if (c.backend_protocol == BackendProtocol::kH2c && c.backend_https) {
         Error(*top_.backend_protocol_at, "backend_protocol: h2c is HTTP/2 in the clear and the backend is https://; "
                                          "write h2 for HTTP/2 over TLS, or an http:// backend");

@@ -9,6 +9,7 @@
 #include "server/admission.h"
 #include "server/h2_http1_relay.h"
 #include "server/request_plan.h"
+#include "tls/handshake.h"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -367,7 +368,7 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   const std::string_view identity_header =
       plan.route ? std::string_view(plan.route->config->identity_header) : std::string_view();
   h2::Headers upstream_head{{":method", method},
-                            {":scheme", "http"},
+                            {":scheme", config.backend_https ? "https" : "http"},
                             {":authority", !plan.host.empty() ? std::string(plan.host)
                                            : !authority.empty() ? authority
                                                                 : std::string(worker_.shared().backend_host)},
@@ -387,7 +388,11 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
   std::shared_ptr<H2Upstream::Stream> upstream = co_await upstream_->Open(upstream_head, stream->head_end, ec);
   if (!upstream) {
     plan.outcome = Outcome::kUpstreamError;
-    refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached: " + ec.message()));
+    // h2: the backend's TLS failed (its certificate did not verify, it refused the handshake, or
+    // it did not select h2), and nothing was sent to it: 502 backend-tls, as over HTTP/1.1.
+    refuse(IsTlsFailure(ec)
+               ? MakeProblem(ProblemType::kBackendTls, "the TLS connection to the backend failed: " + ec.message())
+               : MakeProblem(ProblemType::kUpstreamUnavailable, "the backend could not be reached: " + ec.message()));
     co_return;
   }
   record.upstream_attempts = 1;

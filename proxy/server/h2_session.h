@@ -3,7 +3,7 @@
 // on a plain one), whatever the backend speaks. The connection's frames go through
 // h2::Connection (the codec, no I/O); each stream is one request, which PlanRequest and the
 // fence see as they see an HTTP/1.1 one (server/admission.h), and which is then relayed as it
-// comes, both ways, over the worker's H2Upstream (backend_protocol: h2c), or becomes one
+// comes, both ways, over the worker's H2Upstream (backend_protocol: h2c or h2), or becomes one
 // HTTP/1.1 exchange over its UpstreamPool (server/h2_http1_relay.h). See docs/design-notes.md,
 // "HTTP/2 and gRPC".
 //

@@ -55,8 +55,9 @@ Worker::Worker(ServerShared& shared, std::vector<tcp::endpoint> backend, const P
       // One thread runs it, and every socket and timer of the worker is touched on that thread
       // only (other threads only post to it): no lock per I/O operation.
       ioc_(std::make_unique<asio::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)) {
-  if (config.backend_protocol == BackendProtocol::kH2c) {
-    h2_upstream_.emplace(ioc_->get_executor(), backend, config.timeouts.connect);
+  if (config.backend_protocol != BackendProtocol::kHttp1) {  // h2c, or h2 over TLS
+    h2_upstream_.emplace(ioc_->get_executor(), backend, config.timeouts.connect, h2::Settings{},
+                         config.backend_https ? &shared_.metrics.ForUpstreamTls() : nullptr);
   }
   pool_.emplace(*ioc_, std::move(backend), config.timeouts.connect, kMaxIdleUpstreamPerWorker,
                 config.backend_https ? &shared_.metrics.ForUpstreamTls() : nullptr);
@@ -98,6 +99,7 @@ Status Worker::Listen(const tcp::endpoint& endpoint, bool tls) {
 void Worker::Start(std::shared_ptr<const Runtime> runtime) {
   runtime_ = std::move(runtime);
   pool_->SetTls(runtime_->backend_tls());
+  if (h2_upstream_) h2_upstream_->SetTls(runtime_->backend_tls());
   for (auto& listener : listeners_) asio::co_spawn(ioc_->get_executor(), AcceptLoop(*listener), LogCoroutineFailure);
   asio::co_spawn(ioc_->get_executor(), SweepIdle(), LogCoroutineFailure);
   thread_ = std::thread([this] { ioc_->run(); });
@@ -107,6 +109,7 @@ void Worker::SetRuntime(std::shared_ptr<const Runtime> runtime) {
   asio::post(*ioc_, [this, runtime = std::move(runtime)]() mutable {
     runtime_ = std::move(runtime);
     pool_->SetTls(runtime_->backend_tls());
+    if (h2_upstream_) h2_upstream_->SetTls(runtime_->backend_tls());
   });
 }
 

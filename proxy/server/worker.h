@@ -104,7 +104,8 @@ class Worker {
 
   boost::asio::io_context& io() { return *ioc_; }
   UpstreamPool& pool() { return *pool_; }
-  // backend_protocol h2c: the HTTP/2 connections to the backend (null for an HTTP/1.1 backend).
+  // backend_protocol h2c or h2: the HTTP/2 connections to the backend (null for an HTTP/1.1
+  // backend).
   H2Upstream* h2_upstream() { return h2_upstream_ ? &*h2_upstream_ : nullptr; }
   RelayBuffers& relay_buffers() { return relay_buffers_; }
   RaiseInbox& raise_inbox() { return *raise_inbox_; }
@@ -116,7 +117,8 @@ class Worker {
   // with a TLS handshake on ServerShared::tls's current context.
   Status Listen(const boost::asio::ip::tcp::endpoint& endpoint, bool tls);
   void Start(std::shared_ptr<const Runtime> runtime);  // spawns the accept loop and the thread
-  // Posted to the worker's thread; the pool takes its backend TLS settings.
+  // Posted to the worker's thread; the pool (and the HTTP/2 connections) take its backend TLS
+  // settings.
   void SetRuntime(std::shared_ptr<const Runtime> runtime);
   void BeginDrain();  // stop accepting; close idle connections; busy ones close after their response
   void Stop();        // stops the io_context and joins the thread

@@ -119,8 +119,8 @@ INSTANTIATE_TEST_SUITE_P(HttpsBackend, BackendTlsErrorTest, testing::ValuesIn(kH
 namespace fencing {
 namespace {
 
-// backend_protocol: the scheme of backend decides between the HTTP/2 forms, and h2 over TLS is
-// refused until it is built; with h2c a TLS listener offers h2 by ALPN.
+// backend_protocol: the scheme of backend decides between the HTTP/2 forms (h2c in the clear to
+// http://, h2 over TLS to https://); with either a TLS listener offers h2 by ALPN.
 TEST(BackendProtocolConfigTest, EachValueAndItsBackend) {
   const std::string state = "state_file: s\n";
   auto load = [&](const std::string& text) { return ParseConfig(state + text, "routes.yaml"); };
@@ -139,8 +139,32 @@ TEST(BackendProtocolConfigTest, EachValueAndItsBackend) {
       << DumpErrors(h2c_tls);
 
   const ConfigResult h2 = load("backend: https://db:443\nbackend_protocol: h2\n");
-  ASSERT_FALSE(h2.ok());
-  EXPECT_NE(DumpErrors(h2).find("not supported yet"), std::string::npos) << DumpErrors(h2);
+  ASSERT_TRUE(h2.ok()) << DumpErrors(h2);
+  EXPECT_EQ(h2.config->backend_protocol, BackendProtocol::kH2);
+  EXPECT_TRUE(h2.config->backend_https);
+
+  // backend_tls applies to h2 as to an HTTP/1.1 https backend.
+  const ConfigResult h2_tls = load(
+      "backend: https://db:443\nbackend_protocol: h2\nbackend_tls:\n  ca_file: /ca.pem\n  server_name: db.internal\n"
+      "  cert_file: /c.pem\n  key_file: /k.pem\n");
+  ASSERT_TRUE(h2_tls.ok()) << DumpErrors(h2_tls);
+  EXPECT_EQ(h2_tls.config->backend_tls.ca_file, "/ca.pem");
+  EXPECT_EQ(h2_tls.config->backend_tls.server_name, "db.internal");
+  EXPECT_EQ(h2_tls.config->backend_tls.cert_file, "/c.pem");
+
+  // h2 to an http:// backend: an error at the value, naming h2c (in either order of the keys).
+  const ConfigResult h2_plain = load("backend: http://db:80\nbackend_protocol: h2\n");
+  ASSERT_FALSE(h2_plain.ok());
+  EXPECT_NE(DumpErrors(h2_plain).find("routes.yaml:3:19: backend_protocol: h2 is HTTP/2 over TLS and the backend "
+                                      "is http://; write h2c"),
+            std::string::npos)
+      << DumpErrors(h2_plain);
+  const ConfigResult h2_plain_first = load("backend_protocol: h2\nbackend: http://db:80\n");
+  ASSERT_FALSE(h2_plain_first.ok());
+  EXPECT_NE(DumpErrors(h2_plain_first).find("routes.yaml:2:19: backend_protocol: h2 is HTTP/2 over TLS"),
+            std::string::npos)
+      << DumpErrors(h2_plain_first);
+  EXPECT_EQ(h2_plain_first.errors.size(), 1u) << DumpErrors(h2_plain_first);
 
   const ConfigResult other = load("backend: http://db:80\nbackend_protocol: http2\n");
   ASSERT_FALSE(other.ok());
@@ -156,6 +180,10 @@ TEST(BackendProtocolConfigTest, EveryTlsListenerOffersH2) {
       ParseConfig("state_file: s\nbackend: http://db:80\nbackend_protocol: h2c\n" + tls, "routes.yaml");
   ASSERT_TRUE(h2c.ok()) << DumpErrors(h2c);
   EXPECT_TRUE(h2c.config->tls->offer_h2);
+  const ConfigResult h2 =
+      ParseConfig("state_file: s\nbackend: https://db:443\nbackend_protocol: h2\n" + tls, "routes.yaml");
+  ASSERT_TRUE(h2.ok()) << DumpErrors(h2);
+  EXPECT_TRUE(h2.config->tls->offer_h2);
 }
 
 }  // namespace
