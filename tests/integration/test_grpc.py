@@ -1,7 +1,6 @@
 """gRPC and plain HTTP/2 through the real binary: the fence on gRPC calls (issue 26).
 
-Written before the feature. What is not built yet is skipped with the reason (an h2 backend
-over TLS); everything else runs in CI.
+Written before the feature; everything runs in CI.
 
 A real gRPC backend (grpc_support.GrpcBackend: orders.v1.OrderStore with a unary Put, a
 client-streaming Upload, a server-streaming Watch and a bidi Chat, recording every call it
@@ -23,6 +22,10 @@ expects:
 - a call is in flight from its headers to its end: a raise waits for an open client stream and an
   open server stream; at timeouts.request the lower-token stream still open is reset, and none of
   its later messages reaches the backend; equal tokens run concurrently;
+- with `backend_protocol: h2` the calls reach an https:// gRPC backend over HTTP/2 with TLS,
+  verified by backend_tls; a backend whose certificate does not verify, or that does not select
+  h2 by ALPN, gets nothing (not even the HTTP/2 preface) and the call gets 14 UNAVAILABLE (502
+  backend-tls over plain HTTP/2); a rotated CA file applies to the next connection;
 - plain HTTP/2 (not application/grpc) gets the answers HTTP/1.1 gets (the demo backend over
   HTTP/1.1 behind it), and HTTP/1.1 keeps working on the same port;
 - HTTP/2 clients in front of an HTTP/1.1 backend (a raw recording backend): each admitted stream
@@ -40,6 +43,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -49,7 +53,7 @@ import unittest
 import grpc_support as gs
 import test_state_faults
 import tls_support
-from harness import IO_TIMEOUT, ProxyTestCase, free_port, preload_env, wait_for
+from harness import IO_TIMEOUT, ProxyTestCase, free_port, metric, preload_env, wait_for
 
 SKIP = gs.missing()
 grpc = gs.grpc
@@ -61,6 +65,7 @@ MAX_KEY = "x-fencing-token-max"
 WRITER = "spiffe://cluster.local/ns/shop/sa/order-writer"
 READER = "spiffe://cluster.local/ns/shop/sa/reader"
 SLACK = 0.1  # seconds between the proxy's order and the backend's threads noting it
+HANDSHAKES = "fencing_proxy_upstream_tls_handshakes_total"
 
 
 def timeouts(request="10s"):
@@ -864,6 +869,7 @@ class GrpcTlsTest(GrpcTestCase):
         cls.writer = pki.client("writer", 0x3A02, sans=["URI:" + WRITER])
         cls.reader = pki.client("reader", 0x3A03, sans=["URI:" + READER])
         cls.ca_file = pki.path(pki.ca + ".crt")
+        cls.other_ca_file = pki.path(pki.other_ca + ".crt")
 
     @classmethod
     def tearDownClass(cls):
@@ -924,8 +930,25 @@ class GrpcTlsTest(GrpcTestCase):
         self.assertEqual(proxy.fence("orders").get("max_token"), 5,
                          "the reader's token 99 raised nothing")
 
-    @unittest.skip("not built yet (issue 26): backend_protocol h2 (HTTP/2 over TLS to the backend) is "
-                   "refused by the route file")
+    def start_h2_backend(self, ca_file):
+        """A gRPC backend over TLS (h2 by ALPN) as self.backend, and a proxy speaking h2 to it,
+        trusting ca_file."""
+        self.backend = gs.GrpcBackend(tls=self.server_cert)
+        self.addCleanup(self.backend.stop)
+        return self.start(backend=self.backend.url, backend_protocol="h2",
+                          backend_tls={"ca_file": ca_file})
+
+    def assertBackendTlsRefusal(self, proxy, channel, tag, what, reason):
+        """A call, and a plain HTTP/2 request, through a proxy whose TLS to the backend fails:
+        UNAVAILABLE and 502 backend-tls, the reason in both, nothing at the backend."""
+        result = gs.unary(channel, b"w", token=5, tag=tag)
+        self.assertRefused(result, Code.UNAVAILABLE, tag, what)
+        self.assertIn(reason, result.details, "%s: grpc-message says why the TLS failed" % what)
+        plain = gs.nghttp("http://127.0.0.1:%d/other" % proxy.port)
+        self.assertEqual(plain.status, 502, "%s: plain HTTP/2 gets 502: %r" % (what, plain))
+        self.assertEqual(json.loads(plain.body).get("type"),
+                         "urn:fencing-proxy:problem:backend-tls", "%s: %r" % (what, plain))
+
     def test_h2_backend_over_tls(self):
         backend = gs.GrpcBackend(tls=self.server_cert)
         self.addCleanup(backend.stop)
@@ -934,6 +957,7 @@ class GrpcTlsTest(GrpcTestCase):
                            backend_tls={"ca_file": self.ca_file})
         channel = self.channel(proxy)
         result = self.put(channel, 5, "h2-5", request=b"over tls")
+        self.assertEqual(self.backend.call("h2-5").token, "5", "the metadata reaches the backend")
         self.assertEqual(result.response, b"put:over tls", "the call reaches the https:// backend "
                          "over h2 (backend_protocol: h2) and its answer comes back")
         self.assertEqual(result.trailer("x-backend-trailer"), "put-done", "trailers relayed")
@@ -942,6 +966,52 @@ class GrpcTlsTest(GrpcTestCase):
         self.assertRefused(stale, Code.ABORTED, "h2-stale", "token 5 after 6, h2 backend")
         self.assertEqual([c.token for c in backend.calls()], ["5", "6"],
                          "the h2 backend saw 5 and 6, never a late 5")
+        samples = proxy.metrics_counting(HANDSHAKES, 1, result="success")
+        self.assertEqual(metric(samples, HANDSHAKES, result="success"), 1,
+                         "the calls of one client connection share one verified TLS connection")
+
+    def test_h2_backend_with_another_ca_is_unavailable_and_nothing_is_sent(self):
+        proxy = self.start_h2_backend(self.other_ca_file)
+        self.assertBackendTlsRefusal(proxy, self.channel(proxy), "other-ca", "a backend whose "
+                                     "certificate another CA signed", "certificate verify failed")
+        self.assertEqual(self.backend.calls(), [], "nothing reached the backend")
+        samples = proxy.metrics_counting(HANDSHAKES, 2, result="certificate")
+        self.assertEqual(metric(samples, HANDSHAKES, result="certificate"), 2,
+                         "each attempt a failed handshake, counted")
+
+    def test_h2_backend_that_does_not_select_h2_gets_no_frames(self):
+        # A TLS backend with no ALPN (an HTTP/1.1 server): its chain and name verify, but it did
+        # not select h2, so it would not understand HTTP/2 frames; none are sent.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*self.server_cert)
+        raw = self.start_raw_backend("answer", tls=context)
+        proxy = self.start(backend=raw.url, backend_protocol="h2",
+                           backend_tls={"ca_file": self.ca_file})
+        self.assertBackendTlsRefusal(proxy, self.channel(proxy), "no-alpn", "a backend that does "
+                                     "not select h2", "did not select h2")
+        wait_for(lambda: raw.handshakes() + len(raw.handshake_failures()) >= 2, IO_TIMEOUT,
+                 what="the backend's side of both handshakes")
+        raw.quiet()
+        self.assertEqual(raw.received(), b"", "not a byte of HTTP/2 (not even the preface) reached "
+                         "a backend that did not select h2")
+        samples = proxy.metrics_counting(HANDSHAKES, 2, result="error")
+        self.assertEqual(metric(samples, HANDSHAKES, result="error"), 2)
+
+    def test_h2_backend_a_rotated_ca_file_applies_to_new_connections(self):
+        # The CA file swapped in place (as a Secret volume swaps it): the proxy reloads by itself;
+        # its idle connection, verified by the old CA, takes no new call, and the next handshake
+        # uses the new file.
+        ca_file = os.path.join(self.workdir, "backend-ca.pem")
+        shutil.copyfile(self.ca_file, ca_file)
+        proxy = self.start_h2_backend(ca_file)
+        channel = self.channel(proxy)
+        self.put(channel, 5, "before")
+        shutil.copyfile(self.other_ca_file, ca_file + ".new")
+        os.rename(ca_file + ".new", ca_file)
+        proxy.metrics_counting("fencing_proxy_config_reloads_total", 1, result="success")
+        self.assertBackendTlsRefusal(proxy, channel, "after", "after the CA file changed",
+                                     "certificate verify failed")
+        self.assertEqual([c.tag for c in self.backend.calls()], ["before"])
 
 
 if __name__ == "__main__":
