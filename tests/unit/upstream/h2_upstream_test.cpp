@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "h2/connection.h"
+#include "upstream/h2_answer.h"
 #include "upstream/h2_upstream.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -109,52 +110,6 @@ class Backend {
 h2::Headers Request(const std::string& path) {
   return {{":method", "POST"}, {":scheme", "http"}, {":authority", "backend"}, {":path", path},
           {"content-type", "application/grpc"}};
-}
-
-struct Answer {
-  std::string status;
-  std::string body;
-  std::string grpc_status;
-  bool ended = false;
-  std::optional<uint32_t> reset;
-};
-
-// Reads a stream's events until it closes (or the test's bound passes).
-io::Awaitable<Answer> Collect(H2Upstream& upstream, H2Upstream::Stream& stream) {
-  Answer answer;
-  for (;;) {
-    while (!stream.events.empty()) {
-      H2StreamEvent event = std::move(stream.events.front());
-      stream.events.pop_front();
-      switch (event.kind) {
-        case h2::Event::Kind::kHead:
-          for (const h2::Header& field : event.fields) {
-            if (field.name == ":status") answer.status = field.value;
-          }
-          break;
-        case h2::Event::Kind::kData:
-          answer.body += event.data;
-          upstream.Consume(stream, event.data.size());
-          break;
-        case h2::Event::Kind::kTrailers:
-          for (const h2::Header& field : event.fields) {
-            if (field.name == "grpc-status") answer.grpc_status = field.value;
-          }
-          break;
-        case h2::Event::Kind::kEnd:
-          answer.ended = true;
-          break;
-        case h2::Event::Kind::kReset:
-          answer.reset = event.error_code;
-          break;
-        default:
-          break;
-      }
-    }
-    if (stream.closed) co_return answer;
-    stream.changed().expires_at(io::Timer::time_point::max());
-    co_await stream.changed().async_wait(kTuple);
-  }
 }
 
 class H2UpstreamTest : public testing::Test {
