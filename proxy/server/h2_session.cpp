@@ -449,8 +449,18 @@ io::Awaitable<void> H2Session::Handle(Stream& stream_ref) {
       } else if (event.kind == h2::Event::Kind::kReset) {
         if (!head_sent) {
           plan.outcome = Outcome::kUpstreamError;
-          refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend reset the stream (" +
-                                                                    h2::ErrorCodeName(event.error_code) + ")"));
+          const error_code& lost = event.connection_error;  // the connection failed under it
+          if (IsTlsFailure(lost)) {
+            // Its TLS failed (a fatal alert, such as a TLS 1.3 backend refusing our client
+            // certificate after the handshake): 502 backend-tls with the reason, as over HTTP/1.1.
+            refuse(MakeProblem(ProblemType::kBackendTls, "the TLS connection to the backend failed: " + lost.message()));
+          } else if (lost) {
+            refuse(MakeProblem(ProblemType::kUpstreamUnavailable,
+                               "the connection to the backend failed: " + lost.message()));
+          } else {
+            refuse(MakeProblem(ProblemType::kUpstreamUnavailable, "the backend reset the stream (" +
+                                                                      h2::ErrorCodeName(event.error_code) + ")"));
+          }
         } else {
           codec_.ResetStream(stream->id, h2::kInternalError);
         }

@@ -12,7 +12,7 @@ namespace {
 
 // The category's codes: a verification failure is kVerifyBase + its X509_V_ERR_* code (all small
 // and positive), so its reason survives in the error_code.
-enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kRefusedAfter = 4, kAlpnRefused = 5, kVerifyBase = 1000 };
+enum Code : int { kTimeout = 1, kClosed = 2, kNotPrepared = 3, kRefusedAfter = 4, kAlpnRefused = 5, kClosedBeforeHttp2 = 6, kVerifyBase = 1000 };
 
 class HandshakeCategory final : public boost::system::error_category {
  public:
@@ -28,6 +28,9 @@ class HandshakeCategory final : public boost::system::error_category {
       case kRefusedAfter:
         return "the backend closed the connection right after the TLS handshake, before the request could be "
                "written (a TLS 1.3 server refusing the client certificate does this)";
+      case kClosedBeforeHttp2:
+        return "the backend closed the TLS connection before it sent anything over HTTP/2 (a TLS 1.3 server "
+               "refusing the client certificate does this)";
       case kAlpnRefused:
         return "the backend did not select h2 by ALPN (it does not speak HTTP/2 over TLS there)";
       default:
@@ -73,6 +76,8 @@ boost::system::error_code RefusedAfterHandshake(const boost::system::error_code&
 }
 
 boost::system::error_code AlpnRefused() { return {kAlpnRefused, Category()}; }
+
+boost::system::error_code ClosedBeforeHttp2() { return {kClosedBeforeHttp2, Category()}; }
 
 bool IsTlsFailure(const boost::system::error_code& ec) {
   return ec.category() == Category() || ec.category() == boost::asio::error::get_ssl_category();

@@ -46,6 +46,12 @@ boost::system::error_code RefusedAfterHandshake(const boost::system::error_code&
 // what we would send, so nothing is.
 boost::system::error_code AlpnRefused();
 
+// The error for an h2 connection over TLS that the backend ended (closed, or sent close_notify)
+// before a byte of HTTP/2 came from it: a server sends its SETTINGS before anything else (RFC
+// 9113 3.4), so it answered nothing; in TLS 1.3 this is how a refused client certificate shows
+// when its alert is not read first.
+boost::system::error_code ClosedBeforeHttp2();
+
 // Whether ec is a TLS failure: a failed handshake (HandshakeFailure), or an error of the TLS
 // layer itself later on (a fatal alert such as TLS 1.3's "certificate required", a bad record).
 // A peer that merely closes (eof, a stream cut short) is not one.

@@ -3,6 +3,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
@@ -96,8 +97,9 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  // The connection is over: every stream still open ends with kReset.
-  void Fail() {
+  // The connection is over: every stream still open ends with kReset, carrying why (the read's or
+  // the write's error, when one ended it).
+  void Fail(error_code why = {}) {
     if (dead) return;
     dead = true;
     error_code ignored;
@@ -108,6 +110,7 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
         H2StreamEvent reset;
         reset.kind = h2::Event::Kind::kReset;
         reset.error_code = kConnectionLost;
+        reset.connection_error = why;
         stream->events.push_back(std::move(reset));
         stream->closed = true;
         stream->Wake();
@@ -132,6 +135,7 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
   bool writing = false;
   bool dead = false;
   bool going_away = false;  // the backend sent GOAWAY, or the connection is retired
+  bool heard = false;       // bytes of HTTP/2 have come from the backend
 
  private:
   static io::Awaitable<void> ReadLoop(std::shared_ptr<Connection> self) {
@@ -140,9 +144,15 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
       auto [ec, n] = self->tls ? co_await self->tls->async_read_some(asio::buffer(buffer), kTuple)
                                : co_await self->socket.async_read_some(asio::buffer(buffer), kTuple);
       if (ec) {
-        self->Fail();
+        // TLS that ended in order (a close, a close_notify) before the backend's SETTINGS: it
+        // refused the connection after our side of the handshake, a TLS failure. A reset says
+        // nothing of what the backend read, and stays what it is.
+        const bool refused = self->tls && !self->heard &&
+                             (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated);
+        self->Fail(refused ? ClosedBeforeHttp2() : ec);
         break;
       }
+      self->heard = true;
       const Status status = self->codec.Receive(buffer.data(), n);
       self->Dispatch();
       self->Flush();
@@ -168,7 +178,7 @@ class H2Upstream::Connection : public std::enable_shared_from_this<Connection> {
       auto [ec, n] = self->tls ? co_await asio::async_write(*self->tls, asio::buffer(out), kTuple)
                                : co_await asio::async_write(self->socket, asio::buffer(out), kTuple);
       if (ec) {
-        self->Fail();
+        self->Fail(ec);
         break;
       }
       self->Dispatch();  // sending can close streams

@@ -23,9 +23,11 @@
 // same TlsClientContext and PrepareClientConnection), and the connection offers ALPN h2 alone
 // and is used only when the server selected it: a server that ignores ALPN or picks http/1.1
 // would not understand HTTP/2 frames, so none are sent. A failed handshake or selection is an
-// Open error that IsTlsFailure (tls/handshake.h) recognises, with nothing written. New settings
-// (a reload) apply to new connections; those made with the old ones take no new stream and
-// close once their last stream has ended.
+// Open error that IsTlsFailure (tls/handshake.h) recognises, with nothing written; a refusal
+// after our side of the handshake (TLS 1.3's client certificate check: an alert, or a close
+// before the backend's first frame) ends the streams with a kReset whose connection_error is
+// one. New settings (a reload) apply to new connections; those made with the old ones take no
+// new stream and close once their last stream has ended.
 
 #include "common/io.h"
 #include "h2/connection.h"
@@ -53,6 +55,10 @@ struct H2StreamEvent {
   std::string data;           // kData
   bool end_stream = false;    // kHead
   uint32_t error_code = 0;    // kReset
+  // kReset because the connection failed: the read's or write's error that ended it. A TLS
+  // failure (IsTlsFailure) is the backend refusing the TLS after our side of the handshake (TLS
+  // 1.3 checks a client certificate then) or a broken TLS layer.
+  boost::system::error_code connection_error;
 };
 
 class H2Upstream {

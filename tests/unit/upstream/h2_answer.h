@@ -4,6 +4,8 @@
 #include "h2/connection.h"
 #include "upstream/h2_upstream.h"
 
+#include <boost/system/error_code.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@ struct Answer {
   std::string grpc_status;
   bool ended = false;
   std::optional<uint32_t> reset;
+  boost::system::error_code lost;  // with reset: the error of the connection that failed under it
 };
 
 // Reads a stream's events until it closes (the test's own bound ends a hang), giving back the
@@ -47,6 +50,7 @@ inline io::Awaitable<Answer> Collect(H2Upstream& upstream, H2Upstream::Stream& s
           break;
         case h2::Event::Kind::kReset:
           answer.reset = event.error_code;
+          answer.lost = event.connection_error;
           break;
         default:
           break;

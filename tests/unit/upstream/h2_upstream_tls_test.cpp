@@ -3,7 +3,8 @@
 // codec (h2/connection.h), with certificates made at test time (test_certificates.h). A verified
 // connection on which the server selected h2 carries streams; a chain or name that does not
 // verify, a server that ignores ALPN and one that answers http/1.1 each fail the Open as a TLS
-// failure, and the backend reads not one byte of application data; a stalled handshake ends at
+// failure, and the backend reads not one byte of application data; a refused client certificate
+// and a close before the backend's first frame are TLS failures too; a stalled handshake ends at
 // the connect timeout; new settings (a reload) apply to new connections while a stream on an old
 // one finishes there.
 
@@ -47,6 +48,12 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using io::kTuple;
 
+// What the backend does after its handshake.
+enum class Then {
+  kServe,        // HTTP/2
+  kCloseNotify,  // a close_notify, nothing else (the socket stays open until the client closes)
+};
+
 // What the backend does with the client's ALPN offer.
 enum class Alpn {
   kH2,          // selects h2 when offered (an HTTP/2 server)
@@ -79,12 +86,19 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
 // application data it read, and counts handshakes and connections that ended.
 class TlsH2Backend {
  public:
-  TlsH2Backend(asio::io_context& context, const TestCertificates& certs, Alpn alpn)
+  // client_ca: non-empty asks every client for a certificate signed by it (and refuses others).
+  TlsH2Backend(asio::io_context& context, const TestCertificates& certs, Alpn alpn, Then then = Then::kServe,
+               const std::string& client_ca = "")
       : acceptor_(context, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
         tls_(ssl::context::tls_server),
-        alpn_(alpn) {
+        alpn_(alpn),
+        then_(then) {
     tls_.use_certificate_chain_file(certs.server);
     tls_.use_private_key_file(certs.server_key, ssl::context::pem);
+    if (!client_ca.empty()) {
+      tls_.load_verify_file(client_ca);
+      tls_.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+    }
     if (alpn_ != Alpn::kIgnore) SSL_CTX_set_alpn_select_cb(tls_.native_handle(), SelectAlpn, &alpn_);
     asio::co_spawn(context, Accept(), asio::detached);
   }
@@ -118,7 +132,11 @@ class TlsH2Backend {
       co_return;
     }
     ++handshakes;
-    co_await Exchange(stream);
+    if (then_ == Then::kCloseNotify) {
+      co_await stream.async_shutdown(kTuple);  // sends close_notify; done when the client closes
+    } else {
+      co_await Exchange(stream);
+    }
     ++ended;
   }
 
@@ -166,6 +184,7 @@ class TlsH2Backend {
   io::Acceptor acceptor_;
   ssl::context tls_;
   Alpn alpn_;
+  Then then_;
   std::vector<std::shared_ptr<io::Socket>> sockets_;
 };
 
@@ -331,6 +350,48 @@ TEST_F(H2UpstreamTlsTest, AServerThatAnswersHttp11GetsNoFrames) {
   RunUntil([&] { return backend.ended == 1; }, "the backend to see the connection end");
   EXPECT_EQ(backend.received, "");
   EXPECT_EQ(upstream->connections(), 0u);
+  backend.Stop();
+}
+
+// TLS 1.3: the server checks a client certificate after the client's side of the handshake is
+// done, so the Open may succeed and the refusal end the stream; either way it is a TLS failure,
+// and the server decrypted nothing.
+TEST_F(H2UpstreamTlsTest, ARefusedClientCertificateIsATlsFailure) {
+  TlsH2Backend backend(context_, certs_, Alpn::kH2, Then::kServe, certs_.ca);
+  auto upstream = Upstream(backend.endpoint(), Trusting());  // no client certificate
+  Run([&]() -> io::Awaitable<void> {
+    error_code ec;
+    auto stream = co_await upstream->Open(Request("/svc/Put"), true, ec);
+    if (!stream) {
+      EXPECT_TRUE(IsTlsFailure(ec)) << ec.message();
+      co_return;
+    }
+    const Answer answer = co_await Collect(*upstream, *stream);
+    EXPECT_TRUE(answer.reset);
+    EXPECT_TRUE(IsTlsFailure(answer.lost)) << answer.lost.message();
+  });
+  RunUntil([&] { return backend.ended == 1; }, "the backend to see the connection end");
+  EXPECT_EQ(backend.handshakes, 0);
+  EXPECT_EQ(backend.received, "");
+  backend.Stop();
+}
+
+// A backend that ends the TLS in order before its SETTINGS answered nothing: the stream's reset
+// says the TLS was refused, not merely that the connection was lost.
+TEST_F(H2UpstreamTlsTest, ACloseBeforeTheBackendsSettingsIsATlsFailure) {
+  TlsH2Backend backend(context_, certs_, Alpn::kH2, Then::kCloseNotify);
+  auto upstream = Upstream(backend.endpoint(), Trusting());
+  Run([&]() -> io::Awaitable<void> {
+    error_code ec;
+    auto stream = co_await upstream->Open(Request("/svc/Put"), true, ec);
+    EXPECT_TRUE(stream) << ec.message();
+    if (!stream) co_return;
+    const Answer answer = co_await Collect(*upstream, *stream);
+    EXPECT_TRUE(answer.reset);
+    EXPECT_TRUE(IsTlsFailure(answer.lost)) << answer.lost.message();
+    EXPECT_NE(answer.lost.message().find("before it sent anything over HTTP/2"), std::string::npos)
+        << answer.lost.message();
+  });
   backend.Stop();
 }
 
