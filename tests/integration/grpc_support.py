@@ -122,9 +122,10 @@ class RecordedCall:
 
 class GrpcBackend:
     """The recording gRPC server (see the module docstring). tls: (cert path, key path) to serve
-    h2 over TLS instead of h2c."""
+    h2 over TLS instead of h2c; with client_ca (a CA file), a client certificate signed by it is
+    required."""
 
-    def __init__(self, tls=None, workers=32):
+    def __init__(self, tls=None, workers=32, client_ca=None):
         self._lock = threading.Lock()
         self._calls = []
         self._gates = {}
@@ -142,8 +143,13 @@ class GrpcBackend:
                 chain = f.read()
             with open(tls[1], "rb") as f:
                 key = f.read()
+            roots = None
+            if client_ca:
+                with open(client_ca, "rb") as f:
+                    roots = f.read()
             self.port = self.server.add_secure_port(
-                "127.0.0.1:0", grpc.ssl_server_credentials([(key, chain)]))
+                "127.0.0.1:0", grpc.ssl_server_credentials([(key, chain)], root_certificates=roots,
+                                                           require_client_auth=bool(client_ca)))
         else:
             self.port = self.server.add_insecure_port("127.0.0.1:0")
         if not self.port:

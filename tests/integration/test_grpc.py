@@ -997,6 +997,23 @@ class GrpcTlsTest(GrpcTestCase):
         samples = proxy.metrics_counting(HANDSHAKES, 2, result="error")
         self.assertEqual(metric(samples, HANDSHAKES, result="error"), 2)
 
+    def test_h2_backend_asking_for_a_client_certificate(self):
+        # With TLS 1.3 the backend checks the client certificate after the proxy's side of the
+        # handshake: a refusal still ends the call as a TLS failure, and the backend ran nothing.
+        self.backend = gs.GrpcBackend(tls=self.server_cert, client_ca=self.ca_file)
+        self.addCleanup(self.backend.stop)
+        without = self.start(backend=self.backend.url, backend_protocol="h2",
+                             backend_tls={"ca_file": self.ca_file})
+        self.assertBackendTlsRefusal(without, self.channel(without), "no-cert",
+                                     "no client certificate for a backend that requires one",
+                                     "the TLS connection to the backend failed")
+        self.assertEqual(self.backend.calls(), [], "nothing reached the backend")
+        proxy = self.start(backend=self.backend.url, backend_protocol="h2",
+                           backend_tls={"ca_file": self.ca_file, "cert_file": self.writer[0],
+                                        "key_file": self.writer[1]})
+        self.put(self.channel(proxy), 5, "with-cert")
+        self.assertEqual([c.tag for c in self.backend.calls()], ["with-cert"])
+
     def test_h2_backend_a_rotated_ca_file_applies_to_new_connections(self):
         # The CA file swapped in place (as a Secret volume swaps it): the proxy reloads by itself;
         # its idle connection, verified by the old CA, takes no new call, and the next handshake
