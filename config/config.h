@@ -220,11 +220,15 @@ struct ProxyConfig {
   // not load, to be reported at the key like every other error (ErrorAt).
   std::map<std::string, std::pair<int, int>, std::less<>> written_at;  // path -> (line, column)
   const LockServiceConfig* FindLockService(std::string_view name) const;
-  // How long a request waits for its raise: timeouts.request; with the shared store, also
-  // member_ttl + 1 s, the longest a raise there waits for a proxy that died (its lease to end,
-  // then timeouts.request for the writes it had admitted).
+  // How long a request waits for its raise. The older writes it waits for were admitted before
+  // it and are cut off at their own timeouts.request, which the sweep enforces up to 1 s late and
+  // which then takes a moment to unwind: so timeouts.request + 2 s, and a raise behind a hung
+  // older write goes once that write is cut off instead of failing a moment before. With the
+  // shared store: timeouts.request + member_ttl + 1 s, the longest a raise there waits for a
+  // proxy that died (its lease to end, then timeouts.request for the writes it had admitted).
   std::chrono::milliseconds RaiseWait() const {
-    return fence_store ? timeouts.request + fence_store->member_ttl + std::chrono::seconds(1) : timeouts.request;
+    return fence_store ? timeouts.request + fence_store->member_ttl + std::chrono::seconds(1)
+                       : timeouts.request + std::chrono::seconds(2);
   }
   // (Shared store) How much longer a request whose raise committed as this proxy's membership
   // lapsed waits for the membership to be renewed (it may then go): member_ttl.

@@ -338,8 +338,8 @@ void ApplyAdmission(RequestPlan& plan, Admission admission, uint64_t max_token) 
                  admission == Admission::kFailed
                      ? "the state file could not be written or synced: fenced writes are refused until an "
                        "operator restarts the proxy"
-                     : "the raise did not become durable in time (timeouts.request; with a fence_store, plus "
-                       "member_ttl + 1s)");
+                     : "the raise did not become durable in time (timeouts.request + 2s; with a fence_store, "
+                       "timeouts.request + member_ttl + 1s)");
       return;
   }
 }

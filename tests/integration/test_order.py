@@ -130,6 +130,39 @@ class OrderTest(ProxyTestCase):
         self.assertGreaterEqual(results["11"][2], r10["end"],
                                 "11's response cannot come before the backend finished 10")
 
+    def test_raise_behind_a_hung_write_goes_once_that_write_is_cut_off(self):
+        # Token 10 hangs at the backend past timeouts.request (2 s) and is cut off with 504 by the
+        # sweep, which runs every half second here. Token 11, sent a moment after 10 was
+        # admitted, waits for it: 10 was forwarded first, so it is cut off first, and the raise
+        # must then go. (A raise that gave up at its own timeouts.request failed a moment before
+        # 10 was cut off, whenever the sweep came later than the gap between the two.)
+        config = dict(CONFIG, timeouts=dict(CONFIG["timeouts"], request="2s"))
+        proxy, results = self.start_proxy(config, self.backend), {}
+
+        def put(name, token, delay_ms):
+            headers = {"X-Demo-Delay-Ms": str(delay_ms)} if delay_ms else {}
+            try:
+                results[name] = proxy.request("PUT", "/orders/o", token, name.encode(), headers=headers)
+            except Exception as e:  # reported by the assertions below
+                results[name] = e
+
+        for round_no in range(3):
+            hung, raised = 10 + 2 * round_no, 11 + 2 * round_no
+            t_hung = threading.Thread(target=put, args=(str(hung), hung, 8000), daemon=True)
+            t_hung.start()
+            wait_fence(proxy, lambda f: f.get("max_token") == hung and in_flight(f) == 1, 0.4)
+            t_raise = threading.Thread(target=put, args=(str(raised), raised, 0), daemon=True)
+            t_raise.start()
+            t_hung.join(15)
+            t_raise.join(15)
+            for name in (str(hung), str(raised)):
+                self.assertIsInstance(results.get(name), tuple, "round %d: token %s answered: %r"
+                                      % (round_no, name, results.get(name)))
+            self.assertEqual(results[str(hung)][0], 504, "round %d: the hung write is cut off at "
+                             "timeouts.request: %r" % (round_no, results[str(hung)][:1]))
+            self.assert2xx(results[str(raised)], "round %d: the raise behind the hung write goes "
+                           "once it is cut off (not 503)" % round_no)
+
     def test_random_handovers_keep_order(self):
         seed = int(os.environ.get("FP_TEST_SEED") or time.time())
         print("\n  FP_TEST_SEED=%d" % seed)
