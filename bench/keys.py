@@ -18,7 +18,17 @@ keyed route (`keys`, fence_key path_segment 1) and two unkeyed ones for side cli
       process with one keep-alive connection, record every request's latency: equal-token PUTs
       on route side (admissions, no disk) and serial raises on route sideraise (each waits for
       the state writer: the hand-over stall shows there). Compared with the same clients on the
-      same keys without a compaction.
+      same keys without a compaction. RSS after the compaction (at once and after --idle-seconds)
+      against the same keys in the restarted process; the writer's own longest hand-over
+      (fencing_proxy_state_compaction_stall_seconds, where the binary exports it).
+  (e) forgetting burst: a process restarted with forget_idle_keys_after (--forget-after), so
+      every key falls idle at the same instant; --forget-keep keys are kept in use; the serial
+      raises on sideraise time the burst. RSS after it, against a process restarted on the
+      file that is left (the same keys, fresh).
+
+  --check fails the run (exit 1) when a stall exceeds its bound or RSS after a compaction or a
+  forgetting burst exceeds --max-rss-ratio x the same keys in a freshly restarted process.
+  --save-state FILE keeps the loaded file; --state-from FILE skips (a) and starts from it.
 
   python3 bench/keys.py                       1,000,000 keys (a few minutes)
   python3 bench/keys.py --keys 20000 --quick  a short check of the script itself
@@ -30,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -108,7 +119,7 @@ def latency_summary(samples, t_from=None, t_to=None):
         return {"requests": 0, "non2xx": bad}
     return {"requests": len(lat), "non2xx": bad,
             "p50_ms": round(pct(lat, 50) * 1000, 3), "p99_ms": round(pct(lat, 99) * 1000, 3),
-            "max_ms": round(max(lat) * 1000, 3)}
+            "p999_ms": round(pct(lat, 99.9) * 1000, 3), "max_ms": round(max(lat) * 1000, 3)}
 
 
 class KeysBench:
@@ -128,13 +139,17 @@ class KeysBench:
     def start_backend(self):
         self.backend, self.backend_port = start_nginx_backend(self.sup, self.w)
 
-    def start_proxy(self):
-        """Starts fencing-proxy on the state file; returns seconds from spawn to /readyz 200."""
+    def start_proxy(self, forget_after=None):
+        """Starts fencing-proxy on the state file; returns seconds from spawn to /readyz 200.
+        forget_after (a duration like "10s"): the keys route forgets idle keys."""
         self.port, self.admin_port = free_ports(2)
+        extra = ""
+        if forget_after:
+            extra = "    token_order: global\n    forget_idle_keys_after: %s\n" % forget_after
         cfg = render("fencing-proxy-keys.yaml", os.path.join(self.cfg_dir, "fencing-proxy.yaml"),
                      PORT=self.port, ADMIN_PORT=self.admin_port, BACKEND_PORT=self.backend_port,
                      STATE_FILE=self.state_file, THREADS=self.args.proxy_threads,
-                     MAX_KEYS=max(1000000, 2 * self.args.keys))
+                     MAX_KEYS=max(1000000, 2 * self.args.keys), KEYS_EXTRA=extra)
         self.n_proxy += 1
         self.log_path = os.path.join(self.w, "fencing-proxy-%d.out" % self.n_proxy)
         t0 = time.monotonic()
@@ -165,7 +180,7 @@ class KeysBench:
         if self.proxy is not None and self.proxy.poll() is not None:
             raise BenchError("fencing-proxy exited (%s); log %s" % (self.proxy.returncode, self.log_path))
 
-    def wait_idle(self, keys, timeout=20.0):
+    def wait_idle(self, keys, timeout=60.0):
         """Until the sweep has folded every key's Fence back (active_keys 0) and the keys are
         all there; then one more second for the allocator. Returns the seconds waited."""
         t0 = time.monotonic()
@@ -311,6 +326,11 @@ class KeysBench:
             raise BenchError("no compaction within %.0f s of the first raise" % a.compaction_timeout)
         time.sleep(1.0)                            # the hand-over's aftermath, then stop
         e, r = self.side_finish(eq), self.side_finish(rs)
+        rss_at_once = self.rss_kib()
+        time.sleep(a.idle_seconds)
+        rss_idle = self.rss_kib()
+        m1 = metrics(self.admin_port)
+        stall = m1.get(("fencing_proxy_state_compaction_stall_seconds", ()))
         first_raise = min(s[0] for s in r["samples"]) if r["samples"] else t_trigger
         during_e = latency_summary(e["samples"], first_raise, t_done)
         during_r = latency_summary(r["samples"], first_raise, t_done)
@@ -328,7 +348,127 @@ class KeysBench:
                 "equal_whole_run": latency_summary(e["samples"]),
                 "raise_whole_run": latency_summary(r["samples"]),
                 "proxy_log": compacted[-1] if compacted else None,
-                "file_bytes_after": os.path.getsize(self.state_file)}
+                "file_bytes_after": os.path.getsize(self.state_file),
+                "handover_stall_ms": round(stall * 1000, 3) if stall is not None else None,
+                "rss_after_kib": rss_at_once, "rss_after_idle_kib": rss_idle,
+                "idle_seconds": a.idle_seconds,
+                "process": self.process_memory(m1)}
+
+    def process_memory(self, m):
+        """The proxy's own view of its memory, where the binary exports it."""
+        out = {}
+        for name in ("fencing_proxy_process_resident_memory_bytes", "fencing_proxy_allocator_bytes"):
+            for (n, labels), v in m.items():
+                if n == name:
+                    out[n + "".join("{%s=%s}" % kv for kv in labels)] = int(v)
+        return out
+
+    # -- (e) forgetting burst ----------------------------------------------------------------
+
+    def forgetting(self, raise_token):
+        """A restart with forget_idle_keys_after: every key's idle time starts together. keep
+        keys stay in use (equal-token PUTs, token 1, in a loop), the rest fall idle at once."""
+        import threading
+        import http.client
+        a = self.args
+        n_forget = a.keys - a.forget_keep
+        rs = None
+        stop = threading.Event()
+
+        def keeper(port):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            while not stop.is_set():
+                for i in range(a.forget_keep):
+                    if stop.is_set():
+                        break
+                    conn.request("PUT", "/keys/k%015d" % i, body=b"k", headers={"X-Fencing-Token": "1"})
+                    resp = conn.getresponse()
+                    resp.read()
+                    if resp.status // 100 != 2:
+                        raise BenchError("keeper: PUT key %d -> %d" % (i, resp.status))
+            conn.close()
+
+        R = {"forget_after": a.forget_after, "keys": a.keys, "kept": a.forget_keep}
+        R["restart_s"] = round(self.start_proxy(a.forget_after), 3)
+        t_start = time.monotonic()
+        keep = threading.Thread(target=keeper, args=(self.port,), daemon=True)
+        keep.start()
+        rs = self.side_start("raise", "/sideraise/x", raise_token, a.forget_timeout + 120, "forget")
+        m0 = metrics(self.admin_port)
+        f0 = metric(m0, "fencing_proxy_fence_keys_forgotten_total", fence="keys")
+        rss_peak = self.rss_kib()
+        t_first = t_done = None
+        while time.monotonic() - t_start < a.forget_timeout:
+            self.check_alive()
+            c = metrics(self.admin_port)
+            forgotten = metric(c, "fencing_proxy_fence_keys_forgotten_total", fence="keys") - f0
+            if forgotten > 0 and t_first is None:
+                t_first = time.monotonic()
+            if forgotten >= n_forget:
+                t_done = time.monotonic()
+                break
+            rss_peak = max(rss_peak, self.rss_kib())
+            time.sleep(0.05)
+        if t_done is None:
+            stop.set()
+            raise BenchError("forgetting: %d of %d keys forgotten after %.0f s"
+                             % (forgotten, n_forget, a.forget_timeout))
+        time.sleep(1.0)
+        r = self.side_finish(rs)
+        stop.set()
+        keep.join(timeout=30)
+        hwm = vm_status(self.proxy.pid).get("VmHWM")
+        rss_at_once = self.rss_kib()
+        time.sleep(a.idle_seconds)
+        rss_idle = self.rss_kib()
+        m1 = metrics(self.admin_port)
+        R.update({
+            "seconds_restart_to_first_forget": round(t_first - t_start, 3) if t_first else None,
+            "seconds_first_to_last_forget": round(t_done - (t_first or t_done), 3),
+            "raise_during": latency_summary(r["samples"], t_first or t_done, t_done + 0.5),
+            "raise_whole_run": latency_summary(r["samples"]),
+            "keys_left": int(metric(m1, "fencing_proxy_fence_keys", fence="keys")),
+            "rss_peak_polled_kib": rss_peak, "vm_hwm_kib": hwm,
+            "rss_after_kib": rss_at_once, "rss_after_idle_kib": rss_idle,
+            "process": self.process_memory(m1),
+        })
+        self.stop_proxy()
+        # The same keys in a fresh process: the reference for RSS after the burst.
+        R["restart_after_s"] = round(self.start_proxy(), 3)
+        self.warm()
+        time.sleep(a.idle_seconds)
+        R["rss_restarted_same_keys_kib"] = self.rss_kib()
+        self.stop_proxy()
+        return R
+
+    def check(self):
+        """--check: the bounds the issue sets; returns the list of failures."""
+        a, R = self.args, self.results
+        fails = []
+        c = R.get("compaction")
+        if c:
+            if c.get("handover_stall_ms") is not None and c["handover_stall_ms"] > a.max_handover_ms:
+                fails.append("compaction hand-over (the writer's own) %.3f ms > %.3f ms"
+                             % (c["handover_stall_ms"], a.max_handover_ms))
+            rd = c["raise_during"]
+            if rd.get("max_ms", 0) > a.max_stall_ms:
+                fails.append("serial raise max during the compaction %.1f ms > %.1f ms"
+                             % (rd["max_ms"], a.max_stall_ms))
+            ref = R["rss_restarted_due_kib"]
+            if c["rss_after_idle_kib"] > a.max_rss_ratio * ref:
+                fails.append("RSS after the compaction %d KiB > %.2f x %d KiB (the same keys restarted)"
+                             % (c["rss_after_idle_kib"], a.max_rss_ratio, ref))
+        f = R.get("forgetting")
+        if f:
+            rd = f["raise_during"]
+            if rd.get("max_ms", 0) > a.max_stall_ms:
+                fails.append("serial raise max during the forgetting burst %.1f ms > %.1f ms"
+                             % (rd["max_ms"], a.max_stall_ms))
+            ref = f["rss_restarted_same_keys_kib"]
+            if f["rss_after_idle_kib"] > a.max_rss_ratio * ref:
+                fails.append("RSS after forgetting %d KiB > %.2f x %d KiB (the same keys restarted)"
+                             % (f["rss_after_idle_kib"], a.max_rss_ratio, ref))
+        return fails
 
     def bloat(self):
         """Appends the log's records to it BLOAT_COPIES more times (the proxy stopped): replay is
@@ -357,19 +497,27 @@ class KeysBench:
         R["rss_empty_kib"] = self.rss_kib()
         log("empty state: ready in %.3f s, VmRSS %d KiB" % (R["start_empty_s"], R["rss_empty_kib"]))
 
-        log("(a) loading %d keys over %d connections" % (a.keys, a.conns))
-        R["load"] = self.load()
-        log("  %d keys in %.1f s (%.0f keys/s; %d fdatasyncs, %.1f keys each; %d compactions on the way)"
-            % (R["load"]["keys"], R["load"]["seconds"], R["load"]["keys_per_s"],
-               R["load"]["fdatasyncs"], R["load"]["keys_per_fdatasync"] or 0, R["load"]["compactions"]))
+        if a.state_from:
+            self.stop_proxy()
+            shutil.copyfile(a.state_from, self.state_file)
+            log("(a) skipped: the state file copied from %s" % a.state_from)
+        else:
+            log("(a) loading %d keys over %d connections" % (a.keys, a.conns))
+            R["load"] = self.load()
+            log("  %d keys in %.1f s (%.0f keys/s; %d fdatasyncs, %.1f keys each; %d compactions on the way)"
+                % (R["load"]["keys"], R["load"]["seconds"], R["load"]["keys_per_s"],
+                   R["load"]["fdatasyncs"], R["load"]["keys_per_fdatasync"] or 0, R["load"]["compactions"]))
 
-        R["fold_wait_s"] = round(self.wait_idle(a.keys), 1)
-        rss = self.rss_kib()
-        R["rss_loaded_kib"] = rss
-        R["bytes_per_key_loaded_process"] = round((rss - R["rss_empty_kib"]) * 1024 / a.keys, 1)
-        log("(b) loaded process, keys idle: VmRSS %d KiB: %.1f bytes/key"
-            % (rss, R["bytes_per_key_loaded_process"]))
-        self.stop_proxy()
+            R["fold_wait_s"] = round(self.wait_idle(a.keys), 1)
+            rss = self.rss_kib()
+            R["rss_loaded_kib"] = rss
+            R["vm_hwm_loaded_kib"] = vm_status(self.proxy.pid).get("VmHWM")
+            R["bytes_per_key_loaded_process"] = round((rss - R["rss_empty_kib"]) * 1024 / a.keys, 1)
+            log("(b) loaded process, keys idle: VmRSS %d KiB (peak %s KiB): %.1f bytes/key"
+                % (rss, R["vm_hwm_loaded_kib"], R["bytes_per_key_loaded_process"]))
+            self.stop_proxy()
+            if a.save_state:
+                shutil.copyfile(self.state_file, a.save_state)
         R["state_file_bytes"] = os.path.getsize(self.state_file)
 
         log("(c) restarts with the %d-key state file (%.1f MB)" % (a.keys, R["state_file_bytes"] / 1e6))
@@ -405,6 +553,9 @@ class KeysBench:
         R["restart_due_log_s"] = round(self.start_proxy(), 3)
         log("  restart on the %.0f MB log: ready in %.3f s" % (after / 1e6, R["restart_due_log_s"]))
         self.wait_idle(a.keys)
+        self.warm()
+        time.sleep(2.0)
+        R["rss_restarted_due_kib"] = self.rss_kib()
         R["compaction"] = self.compaction(base["last_raise_token"] + 10)
         c = R["compaction"]
         log("  compaction: %.3f s from the first raise to compactions_total+1 (log %s)\n"
@@ -412,7 +563,29 @@ class KeysBench:
             "  serial raise during: %s"
             % (c["seconds_first_raise_to_done"], c["proxy_log"], c["equal_during"],
                c["equal_alone_same_process"], c["raise_during"]))
+        log("  hand-over (the writer's own): %s ms; VmRSS restarted %d KiB, after the compaction %d KiB, "
+            "%g s later %d KiB; %s" % (c["handover_stall_ms"], R["rss_restarted_due_kib"], c["rss_after_kib"],
+                                      c["idle_seconds"], c["rss_after_idle_kib"], c["process"]))
         self.stop_proxy()
+        if a.forget_after:
+            log("(e) forgetting burst: restart with forget_idle_keys_after %s, %d keys kept in use"
+                % (a.forget_after, a.forget_keep))
+            R["forgetting"] = f = self.forgetting(c["raise_whole_run"].get("requests", 0) +
+                                                  base["last_raise_token"] + 1000000)
+            log("  %d keys forgotten in %.3f s (first %.3f s after the restart); serial raise during: %s\n"
+                "  VmRSS peak %s KiB (HWM %s), after %d KiB, %g s later %d KiB; the same %d keys "
+                "restarted: %d KiB; %s"
+                % (a.keys - a.forget_keep, f["seconds_first_to_last_forget"],
+                   f["seconds_restart_to_first_forget"] or 0, f["raise_during"], f["rss_peak_polled_kib"],
+                   f["vm_hwm_kib"], f["rss_after_kib"], a.idle_seconds, f["rss_after_idle_kib"],
+                   f["keys_left"], f["rss_restarted_same_keys_kib"], f["process"]))
+        if a.check:
+            R["check_failures"] = fails = self.check()
+            for line in fails:
+                log("CHECK FAILED: " + line)
+            if fails:
+                raise BenchError("--check: %d bound(s) exceeded" % len(fails))
+            log("--check: every bound held")
 
 
 def parse_args(argv):
@@ -430,12 +603,32 @@ def parse_args(argv):
     p.add_argument("--ready-timeout", type=float, default=120.0)
     p.add_argument("--load-timeout", type=float, default=900.0)
     p.add_argument("--compaction-timeout", type=float, default=120.0)
+    p.add_argument("--idle-seconds", type=float, default=10.0,
+                   help="idle time before RSS is read again after a compaction or forgetting (default 10 s)")
+    p.add_argument("--forget-after", default="10s",
+                   help="(e): forget_idle_keys_after of the restarted process (default 10s; '' skips (e))")
+    p.add_argument("--forget-keep", type=int, default=1000, help="(e): keys kept in use (default 1000)")
+    p.add_argument("--forget-timeout", type=float, default=300.0)
+    p.add_argument("--state-from", help="skip (a): start from a copy of this state file (KEYS keys)")
+    p.add_argument("--save-state", help="keep a copy of the loaded state file here")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a bound below is exceeded (the stalls, RSS after compaction and forgetting)")
+    p.add_argument("--max-stall-ms", type=float, default=25.0,
+                   help="--check: longest serial raise on another fence during the compaction or the "
+                        "forgetting burst (default 25 ms)")
+    p.add_argument("--max-handover-ms", type=float, default=5.0,
+                   help="--check: the writer's own longest compaction hand-over (default 5 ms)")
+    p.add_argument("--max-rss-ratio", type=float, default=1.2,
+                   help="--check: RSS after a compaction or a forgetting burst over the same keys restarted "
+                        "(default 1.2)")
     p.add_argument("--quick", action="store_true", help="1 restart, 2 s of side clients")
     p.add_argument("--json", help="results file (default bench/results/<UTC time>-keys.json)")
     p.add_argument("--keep-workdir", action="store_true")
     a = p.parse_args(argv)
     if a.quick:
-        a.restarts, a.side_seconds = 1, 2.0
+        a.restarts, a.side_seconds, a.idle_seconds = 1, 2.0, 3.0
+    if a.forget_keep >= a.keys:
+        p.error("--forget-keep must be below --keys")
     if a.keys < a.wrk_threads or a.conns < a.wrk_threads or a.restarts < 1:
         p.error("--keys and --conns must be at least --wrk-threads; --restarts at least 1")
     a.binary = os.path.abspath(a.binary)
