@@ -375,7 +375,12 @@ void StateStore::NoteCompactionFailure(const Status& status) {
           {{"file", path_}, {"error", status.message()}, {"retry_at_bytes", compaction_retry_at_}});
 }
 
-Status StateStore::FinishCompaction(std::unique_ptr<CompactionJob> job, double* stall_seconds) {
+void StateStore::CloseReplaced(int fd) const {
+  if (fd >= 0) ops_->Close(fd);  // the old, nameless inode's lock only; its blocks are freed here
+}
+
+Status StateStore::FinishCompaction(std::unique_ptr<CompactionJob> job, double* stall_seconds, int* replaced_fd) {
+  if (replaced_fd != nullptr) *replaced_fd = -1;
   const auto start = std::chrono::steady_clock::now();
   auto stalled = [&] {
     if (stall_seconds != nullptr) {
@@ -435,9 +440,14 @@ Status StateStore::FinishCompaction(std::unique_ptr<CompactionJob> job, double* 
     return status;
   }
   // H6: the snapshot holds the name (and our lock): append there. Closing the old descriptor
-  // releases the lock on the old, now nameless, inode only.
+  // releases the lock on the old, now nameless, inode only; with replaced_fd the caller closes
+  // it later, off the writer thread (H7).
   const uint64_t log_bytes = file_bytes_;
-  ops_->Close(fd_);
+  if (replaced_fd != nullptr) {
+    *replaced_fd = fd_;
+  } else {
+    ops_->Close(fd_);
+  }
   fd_ = tmp_fd;
   file_bytes_ = job->written_ + (end - job->prefix_end_);
   key_snapshot_bytes_ = job->key_bytes_;

@@ -1,6 +1,7 @@
 #include "state/state_writer.h"
 
 #include "common/log.h"
+#include "common/memory.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -23,6 +24,7 @@ StateWriter::StateWriter(StateStore& store, SyncObserver observe_sync, Compactio
       observe_compaction_(std::move(observe_compaction)),
       compactions_(store.compaction_count()),
       failed_(store.failed()) {
+  housekeeper_ = std::thread([this] { RunHousekeeping(); });
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -36,6 +38,35 @@ StateWriter::~StateWriter() {
   if (wake) Wake();
   thread_.join();  // after it has handed over any compaction in flight
   if (compactor_.joinable()) compactor_.join();
+  {
+    std::lock_guard<std::mutex> lock(house_mu_);
+    house_stopping_ = true;
+  }
+  house_cv_.notify_one();
+  housekeeper_.join();  // after the work deferred so far (a replaced log is closed before the store goes)
+}
+
+void StateWriter::Defer(std::function<void()> work) {
+  {
+    std::lock_guard<std::mutex> lock(house_mu_);
+    house_queue_.push_back(std::move(work));
+  }
+  house_cv_.notify_one();
+}
+
+void StateWriter::RunHousekeeping() {
+  std::unique_lock<std::mutex> lock(house_mu_);
+  for (;;) {
+    house_cv_.wait(lock, [this] { return house_stopping_ || !house_queue_.empty(); });
+    if (house_queue_.empty()) return;  // stopping, and nothing left
+    std::function<void()> work = std::move(house_queue_.front());
+    house_queue_.pop_front();
+    lock.unlock();
+    work();
+    work = nullptr;  // whatever it held goes here too, not on the writer thread
+    deferred_done_.fetch_add(1, std::memory_order_release);
+    lock.lock();
+  }
 }
 
 void StateWriter::Submit(std::string fence, uint64_t token, Done done) {
@@ -220,6 +251,9 @@ void StateWriter::StartCompactionIfDue() {
   if (compactor_.joinable()) compactor_.join();  // the previous one, long finished
   compactor_ = std::thread([this, job = job_.get()] {
     StateStore::RunCompaction(*job);
+    // Its replay of the log (a second copy of every key) is freed by now: the thread's cache
+    // goes back to the allocator, which returns the free pages later, after the hand-over (H7).
+    MarkThreadMemoryIdle();
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -233,8 +267,19 @@ void StateWriter::StartCompactionIfDue() {
 void StateWriter::FinishCompaction() {
   const bool background = job_->background();
   double hand_over = 0;
-  Status status = store_.FinishCompaction(std::move(job_), &hand_over);  // logs its own outcome
+  int replaced_fd = -1;
+  // Logs its own outcome. The job is freed here: what it holds is small (the large part, the
+  // replayed prefix, went with the background part).
+  Status status = store_.FinishCompaction(std::move(job_), &hand_over, &replaced_fd);
   const auto now = std::chrono::steady_clock::now();
+  // H7, off this thread: the old log's close (its blocks are freed as its last descriptor goes),
+  // then the memory the compaction freed goes back to the kernel.
+  if (replaced_fd >= 0 || background) {
+    Defer([this, replaced_fd, background] {
+      store_.CloseReplaced(replaced_fd);
+      if (background) ReleaseFreeMemoryGradually();  // a large log's compaction: megabytes freed
+    });
+  }
   // Inline, the writer was busy with all of it; in the background case only with the hand-over.
   const double stall = background ? hand_over : std::chrono::duration<double>(now - job_start_).count();
   const auto stall_ns = static_cast<uint64_t>(stall * 1e9);

@@ -5,12 +5,16 @@
 // successful batch it also starts a compaction when the store says it is due, after the batch's
 // raises have been answered: a large log's snapshot is written by a compactor thread while the
 // writer goes on committing batches, and only the short hand-over (FORMAT.md "Compaction") runs
-// on the writer thread, between two batches.
+// on the writer thread, between two batches. What the hand-over replaced (the old log's
+// descriptor, whose close frees a large unlinked file's blocks) is closed by a housekeeping
+// thread, which then hands the compaction's freed memory back to the kernel (H7).
 
 #include "state/state_store.h"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <cstdint>
 #include <functional>
@@ -37,6 +41,12 @@ class StateWriter {
   void Submit(std::string fence, uint64_t token, Done done);
   void Submit(FenceRecord record, Done done);  // a key's max, or a key forgotten
   bool failed() const;
+  // Work for the housekeeping thread, done in submission order after everything before it:
+  // what must not delay a batch (closing a replaced log, returning freed memory). Also runs the
+  // compaction's own (H7). Safe from any thread.
+  void Defer(std::function<void()> work);
+  // Deferred work done so far (tests wait for it); safe from any thread.
+  uint64_t deferred_done() const { return deferred_done_.load(std::memory_order_acquire); }
   // Completed compactions; safe from any thread.
   uint64_t compaction_count() const { return compactions_.load(std::memory_order_relaxed); }
   // The longest time the writer thread spent on compaction instead of batches (the hand-over,
@@ -59,6 +69,7 @@ class StateWriter {
   // woken (Wake, once mu_ is released). Only the first caller gets true.
   bool NeedsWakeLocked();
   void Wake();
+  void RunHousekeeping();
 
   StateStore& store_;
   SyncObserver observe_sync_;
@@ -88,6 +99,13 @@ class StateWriter {
   bool job_running_ = false;  // a background part is in flight
   bool job_done_ = false;     // ...and has finished: the writer hands it over next
   std::thread thread_;
+  // The housekeeping thread and its queue (Defer). Not on any hot path: a plain condition variable.
+  std::mutex house_mu_;
+  std::condition_variable house_cv_;
+  std::deque<std::function<void()>> house_queue_;
+  bool house_stopping_ = false;
+  std::atomic<uint64_t> deferred_done_{0};
+  std::thread housekeeper_;
 };
 
 }  // namespace fencing

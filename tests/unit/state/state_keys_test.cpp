@@ -596,6 +596,71 @@ TEST_F(StateKeysTest, WriterCommitsBatchesWhileTheSnapshotIsWrittenInTheBackgrou
   EXPECT_EQ(s.keys.at("objects").at("k20"), 20u);
 }
 
+// H7: the replaced log's close (at a million keys, 44 ms of the kernel freeing a 185 MB unlinked
+// file) is not the writer's. The close is held; raises must still be committed and answered
+// meanwhile, into the new file, and the close must come from another thread.
+TEST_F(StateKeysTest, TheReplacedLogIsClosedOffTheWriterThread) {
+  FailingFileOps ops;
+  std::promise<std::thread::id> closing;
+  std::shared_future<std::thread::id> closing_by = closing.get_future().share();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> armed{false};
+  ops.SetHook([&](FileOp op) {
+    if (op != FileOp::kClose || !armed.exchange(false)) return;
+    closing.set_value(std::this_thread::get_id());
+    released.wait();
+  });
+  auto store = MustOpen(&ops, kBackgroundAlways);
+  ASSERT_TRUE(store);
+  std::thread::id writer_thread;
+  uint64_t a = 0;
+  bool answered_while_held = false;
+  {
+    StateWriter writer(*store, nullptr);
+    armed = true;
+    // Raises of one key until a compaction has been handed over and its old log is being closed.
+    while (closing_by.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ASSERT_LT(a, 2000u);
+      std::promise<bool> answered;
+      writer.Submit(Key("objects", "a", ++a), [&](bool ok) {
+        writer_thread = std::this_thread::get_id();
+        answered.set_value(ok);
+      });
+      // Bounded: before the fix the writer itself sits in the held close.
+      auto ok = answered.get_future();
+      if (ok.wait_for(std::chrono::seconds(10)) != std::future_status::ready) break;
+      ASSERT_TRUE(ok.get());
+    }
+    ASSERT_EQ(closing_by.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    // The close is held: a raise is still committed, and answered.
+    std::promise<bool> after;
+    auto after_ok = after.get_future();
+    writer.Submit(Key("objects", "during-close", 7), [&](bool ok) { after.set_value(ok); });
+    answered_while_held = after_ok.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    const uint64_t done_before = writer.deferred_done();
+    release.set_value();
+    EXPECT_TRUE(answered_while_held) << "a raise waited for the replaced log's close";
+    EXPECT_NE(closing_by.get(), writer_thread) << "the writer thread closed the replaced log";
+    if (answered_while_held) {
+      EXPECT_TRUE(after_ok.get());
+    }
+    // The deferred close finishes (the writer's destructor would wait for it anyway).
+    for (int i = 0; i < 10000 && writer.deferred_done() == done_before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_GT(writer.deferred_done(), done_before);
+    EXPECT_GE(writer.compaction_count(), 1u);
+    EXPECT_FALSE(writer.failed());
+  }
+  // Order kept: the raise answered while the close was held is in the file that has the name.
+  const State s = Read();
+  EXPECT_EQ(s.keys.at("objects").at("a"), a);
+  if (answered_while_held) {
+    EXPECT_EQ(s.keys.at("objects").at("during-close"), 7u);
+  }
+}
+
 TEST_F(StateKeysTest, WriterSurvivesAFailedBackgroundSnapshot) {
   GateFileOps ops;
   auto store = MustOpen(&ops, kBackgroundAlways);
