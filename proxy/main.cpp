@@ -161,7 +161,10 @@ int RunProxy(const std::string& config_path) {
     maxima = store->maxima();
     keys = store->TakeKeyMaxima();
   }
-  const bool replayed_keys = !keys.empty();
+  // A replay of a large file freed its maps even when no key is left (a burst of forgetting
+  // leaves a million key records and as many forget records): that memory goes back too.
+  constexpr uint64_t kReleaseAfterReplayBytes = 1 << 20;
+  const bool replayed_keys = !keys.empty() || (store && store->file_bytes() >= kReleaseAfterReplayBytes);
   const size_t fences_at_start = maxima.size();
 
   if (shared) {
@@ -172,6 +175,7 @@ int RunProxy(const std::string& config_path) {
         *store, [&metrics](double seconds) { metrics.state_sync_seconds().Observe(seconds); },
         [&](bool ok, double) {
           metrics.state_compactions(ok).Increment();
+          metrics.state_compaction_stall_seconds().Set(writer->longest_compaction_stall_seconds());
           if (!ok && writer->failed()) registry->MarkStateFailed("a compaction could not be made durable");
         });
     registry = std::make_unique<FenceRegistry>(maxima, std::move(keys), *writer, metrics);
@@ -206,8 +210,8 @@ int RunProxy(const std::string& config_path) {
   }
   // The routes' keyed fences now hold the replayed keys in their own tables, and the replay's
   // maps are freed: at a million keys that is some 40 MB the allocator would otherwise keep
-  // resident for good (an idle sidecar's memory limit counts RSS). Only then: without keys there
-  // is nothing to give back.
+  // resident for good (an idle sidecar's memory limit counts RSS). Only then: without keys (or a
+  // large file replayed) there is nothing to give back.
   if (replayed_keys) ReleaseFreeMemory();
   // /readyz ignores the lock services: equal tokens are served without them, so an outage must
   // not take the pod out of its Service.

@@ -3,12 +3,15 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 // Defined by tcmalloc when it is linked; weak, so a binary without it still links and falls back
 // to glibc's trim.
 extern "C" void MallocExtension_ReleaseFreeMemory(void) __attribute__((weak));
 extern "C" void MallocExtension_MarkThreadIdle(void) __attribute__((weak));
+extern "C" void MallocExtension_ReleaseToSystem(size_t num_bytes) __attribute__((weak));
+extern "C" int MallocExtension_GetNumericProperty(const char* property, size_t* value) __attribute__((weak));
 
 namespace fencing {
 
@@ -21,6 +24,62 @@ void ReleaseFreeMemory() {
   } else {
     ::malloc_trim(0);
   }
+}
+
+namespace {
+
+size_t TcmallocProperty(const char* name) {
+  size_t value = 0;
+  if (MallocExtension_GetNumericProperty == nullptr || !MallocExtension_GetNumericProperty(name, &value)) return 0;
+  return value;
+}
+
+}  // namespace
+
+void MarkThreadMemoryIdle() {
+  if (MallocExtension_MarkThreadIdle != nullptr) MallocExtension_MarkThreadIdle();
+}
+
+size_t ReleaseFreeMemoryGradually() {
+  if (MallocExtension_ReleaseToSystem == nullptr || MallocExtension_GetNumericProperty == nullptr) {
+    ReleaseFreeMemory();
+    return 0;
+  }
+  if (MallocExtension_MarkThreadIdle != nullptr) MallocExtension_MarkThreadIdle();
+  const size_t unmapped_before = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
+  // Bounded: the free bytes can only shrink by what each slice released, unless other threads
+  // free more meanwhile; stop when a slice released nothing.
+  for (int slices = 0; slices < 4096; ++slices) {
+    const size_t free_before = TcmallocProperty("tcmalloc.pageheap_free_bytes");
+    if (free_before == 0) break;
+    MallocExtension_ReleaseToSystem(kReleaseSliceBytes);
+    if (TcmallocProperty("tcmalloc.pageheap_free_bytes") >= free_before) break;
+  }
+  const size_t unmapped_after = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
+  return unmapped_after > unmapped_before ? unmapped_after - unmapped_before : 0;
+}
+
+MemoryStats ReadMemoryStats() {
+  MemoryStats stats;
+  if (FILE* f = std::fopen("/proc/self/statm", "re")) {
+    unsigned long size = 0;
+    unsigned long resident = 0;
+    if (std::fscanf(f, "%lu %lu", &size, &resident) == 2) {
+      stats.resident = static_cast<size_t>(resident) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    }
+    std::fclose(f);
+  }
+  if (MallocExtension_GetNumericProperty != nullptr) {
+    stats.allocated = TcmallocProperty("generic.current_allocated_bytes");
+    const size_t heap = TcmallocProperty("generic.heap_size");
+    const size_t unmapped = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
+    stats.allocator_held = heap > unmapped ? heap - unmapped : 0;
+  } else {
+    const struct mallinfo2 info = ::mallinfo2();
+    stats.allocated = info.uordblks + info.hblkhd;
+    stats.allocator_held = info.arena + info.hblkhd;
+  }
+  return stats;
 }
 
 void ApplyAllocatorSettings(char** argv) {

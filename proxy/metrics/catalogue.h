@@ -47,6 +47,14 @@
     "Failed writes or syncs of the state file (the first one is terminal).")                                      \
   X(Counter, state_compactions_total, "fencing_proxy_state_compactions_total",                                    \
     "Rewrites of the state file as a snapshot (keeps it small), by result.")                                      \
+  X(Gauge, state_compaction_stall_seconds, "fencing_proxy_state_compaction_stall_seconds",                        \
+    "Longest time since start the state writer spent on a compaction instead of raises (the hand-over of a "      \
+    "background compaction, or the whole of a small log's).")                                                     \
+  X(Gauge, process_resident_memory_bytes, "fencing_proxy_process_resident_memory_bytes",                          \
+    "Resident memory of the process (/proc/self/statm), read at each scrape.")                                    \
+  X(Gauge, allocator_bytes, "fencing_proxy_allocator_bytes",                                                      \
+    "The memory allocator's bytes, read at each scrape, by state: allocated (in use by the proxy), held (taken "  \
+    "from the kernel and not given back: allocated, and free in the allocator's lists).")                         \
   X(Gauge, config_last_reload_successful, "fencing_proxy_config_last_reload_successful",                          \
     "1 if the last route-file load was applied, 0 if it was refused.")                                            \
   X(Gauge, config_last_reload_success_timestamp_seconds,                                                          \

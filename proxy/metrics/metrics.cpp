@@ -1,5 +1,6 @@
 #include "metrics/metrics.h"
 
+#include "common/memory.h"
 #include "common/version.h"
 
 #include <prometheus/text_serializer.h>
@@ -33,6 +34,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   state_write_failures_series_ = &state_write_failures_total_->Add({});
   state_compactions_series_ = &state_compactions_total_->Add({{"result", "success"}});
   state_compactions_failed_series_ = &state_compactions_total_->Add({{"result", "failure"}});
+  state_compaction_stall_series_ = &state_compaction_stall_seconds_->Add({});
+  process_resident_memory_series_ = &process_resident_memory_bytes_->Add({});
+  allocator_allocated_series_ = &allocator_bytes_->Add({{"state", "allocated"}});
+  allocator_held_series_ = &allocator_bytes_->Add({{"state", "held"}});
   config_last_reload_successful_series_ = &config_last_reload_successful_->Add({});
   config_last_reload_success_timestamp_series_ = &config_last_reload_success_timestamp_seconds_->Add({});
   config_reloads_success_series_ = &config_reloads_total_->Add({{"result", "success"}});
@@ -107,6 +112,10 @@ void Metrics::Observe(std::string_view op, double seconds) const {
 }
 
 std::string Metrics::Serialize() const {
+  const MemoryStats memory = ReadMemoryStats();
+  process_resident_memory_series_->Set(static_cast<double>(memory.resident));
+  allocator_allocated_series_->Set(static_cast<double>(memory.allocated));
+  allocator_held_series_->Set(static_cast<double>(memory.allocator_held));
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

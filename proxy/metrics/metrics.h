@@ -118,6 +118,7 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   prometheus::Counter& state_compactions(bool ok) {
     return ok ? *state_compactions_series_ : *state_compactions_failed_series_;
   }
+  prometheus::Gauge& state_compaction_stall_seconds() { return *state_compaction_stall_series_; }
   prometheus::Gauge& config_last_reload_successful() { return *config_last_reload_successful_series_; }
   prometheus::Gauge& config_last_reload_success_timestamp_seconds() {
     return *config_last_reload_success_timestamp_series_;
@@ -144,6 +145,11 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   prometheus::Counter* state_write_failures_series_;
   prometheus::Counter* state_compactions_series_;
   prometheus::Counter* state_compactions_failed_series_;
+  prometheus::Gauge* state_compaction_stall_series_;
+  // Read at each scrape (Serialize).
+  prometheus::Gauge* process_resident_memory_series_;
+  prometheus::Gauge* allocator_allocated_series_;
+  prometheus::Gauge* allocator_held_series_;
   prometheus::Gauge* config_last_reload_successful_series_;
   prometheus::Gauge* config_last_reload_success_timestamp_series_;
   prometheus::Counter* config_reloads_success_series_;
