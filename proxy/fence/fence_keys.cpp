@@ -194,7 +194,7 @@ uint64_t FenceKeys::Highest() const {
   return highest;
 }
 
-void FenceKeys::Sweep(double now) {
+bool FenceKeys::Sweep(double now) {
   const uint32_t now_tick = Tick(now);
   // Looking for keys to forget reads every key: a tenth of forget_idle_keys_after apart (1 s to
   // 1 min), so a key is forgotten at most ~10% late, and a million keys cost little.
@@ -203,15 +203,46 @@ void FenceKeys::Sweep(double now) {
     forget = true;
     next_forget_scan_ = now_tick + static_cast<uint32_t>(std::clamp<uint64_t>(forget_after_seconds_ / 10, 1, 60));
   }
+  std::vector<ForgetSlice> slices;
   for (Shard& shard : shards_) {
-    std::vector<ForgetCandidate> candidates;
-    {
-      std::lock_guard lock(shard.mu);
-      FoldBack(shard, now_tick);
-      if (forget) candidates = ForgetCandidates(shard, now_tick);
+    std::lock_guard lock(shard.mu);
+    FoldBack(shard, now_tick);
+    if (forget) ForgetCandidates(shard, now_tick, slices);
+    // A table that forgetting left mostly empty gives its memory back: a boost flat map never
+    // shrinks by itself (at a million keys forgotten, some 30 MB of empty slots).
+    if (shard.map.bucket_count() > kShrinkMinBuckets && shard.map.size() < shard.map.bucket_count() / 8) {
+      shard.map.rehash(0);
     }
-    Forget(std::move(candidates));
+    if (shard.active.capacity() > kShrinkMinBuckets && shard.active.size() < shard.active.capacity() / 8) {
+      shard.active.shrink_to_fit();
+    }
   }
+  if (!slices.empty()) {
+    std::lock_guard lock(forget_mu_);
+    for (ForgetSlice& slice : slices) forget_queue_.push_back(std::move(slice));
+  }
+  PumpForgets();
+  // Once a burst of forgetting is over: the memory its keys held is free, hand it back.
+  const uint64_t forgotten = forgotten_.load(std::memory_order_relaxed);
+  if (forgotten - forgotten_at_release_ < kReleaseAfterForgotten) return false;
+  {
+    std::lock_guard lock(forget_mu_);
+    if (!forget_queue_.empty() || forget_in_flight_ > 0) return false;
+  }
+  forgotten_at_release_ = forgotten;
+  return true;
+}
+
+size_t FenceKeys::forgets_queued() const {
+  std::lock_guard lock(forget_mu_);
+  size_t queued = 0;
+  for (const ForgetSlice& slice : forget_queue_) queued += slice.count;
+  return queued;
+}
+
+size_t FenceKeys::forgets_in_flight() const {
+  std::lock_guard lock(forget_mu_);
+  return forget_in_flight_;
 }
 
 void FenceKeys::FoldBack(Shard& shard, uint32_t now_tick) {
@@ -232,28 +263,77 @@ void FenceKeys::FoldBack(Shard& shard, uint32_t now_tick) {
   }
 }
 
-std::vector<FenceKeys::ForgetCandidate> FenceKeys::ForgetCandidates(Shard& shard, uint32_t now_tick) {
-  std::vector<ForgetCandidate> candidates;
+void FenceKeys::ForgetCandidates(Shard& shard, uint32_t now_tick, std::vector<ForgetSlice>& slices) {
   for (auto& [key, slot] : shard.map) {
     if (slot.forgetting || uint64_t(slot.last_used) + forget_after_seconds_ > now_tick) continue;
     if (slot.active && !Idle(*slot.active)) continue;
     slot.forgetting = true;  // until the record is durable; a request clears it
-    candidates.push_back({std::string(key.view()), slot.active ? slot.active->fence.max_token() : slot.max});
+    if (slices.empty() || slices.back().count >= std::max<size_t>(settings_.forget_slice, 1)) slices.emplace_back();
+    ForgetSlice& slice = slices.back();
+    const std::string_view k = key.view();
+    slice.keys.push_back(static_cast<char>(static_cast<unsigned char>(k.size())));
+    slice.keys.append(k);
+    ++slice.count;
   }
-  return candidates;
 }
 
-void FenceKeys::Forget(std::vector<ForgetCandidate> candidates) {
-  // Outside the shard lock (the persister may answer at once). A raise of the key that reaches
-  // the file before this record is folded into the floor with it (FORMAT.md "Keys"), so the
-  // order of the two records does not matter.
-  for (ForgetCandidate& c : candidates) {
-    FenceRecord record(name_, c.max, c.key, FenceRecord::Kind::kForgetKey);
-    persister_.PersistKey(std::move(record),
-                          [this, key = std::move(c.key), max = c.max](PersistResult result) {
-                            OnForgotten(key, max, result == PersistResult::kDurable);
-                          });
+void FenceKeys::PumpForgets() {
+  for (;;) {
+    ForgetSlice slice;
+    {
+      std::lock_guard lock(forget_mu_);
+      if (forget_in_flight_ > 0 || forget_queue_.empty()) return;
+      slice = std::move(forget_queue_.front());
+      forget_queue_.pop_front();
+      forget_in_flight_ = slice.count + 1;  // the 1: this call's, until every record is submitted
+    }
+    // Outside every lock but the key's shard (the persister may answer at once, on this thread).
+    // A raise of the key that reaches the file before this record is folded into the floor with
+    // it (FORMAT.md "Keys"), so the order of the two records does not matter.
+    size_t skipped = 0;
+    for (size_t at = 0; at < slice.keys.size();) {
+      const size_t size = static_cast<unsigned char>(slice.keys[at]);
+      const std::string_view key(slice.keys.data() + at + 1, size);
+      at += 1 + size;
+      // Queued a while ago: a key used since (a request cleared forgetting) is not forgotten,
+      // and the max forgotten is the key's current one (another proxy may have raised it).
+      uint64_t max = 0;
+      bool still = false;
+      {
+        const size_t hash = Hash()(key);
+        Shard& shard = ShardFor(hash);
+        std::lock_guard lock(shard.mu);
+        auto it = shard.map.find(HashedKey{key, hash});
+        if (it != shard.map.end() && it->second.forgetting && !(it->second.active && !Idle(*it->second.active))) {
+          still = true;
+          max = it->second.active ? it->second.active->fence.max_token() : it->second.max;
+        }
+      }
+      if (!still) {
+        ++skipped;
+        continue;
+      }
+      persister_.PersistKey(FenceRecord(name_, max, std::string(key), FenceRecord::Kind::kForgetKey),
+                            [this, k = std::string(key), max](PersistResult result) {
+                              OnForgotten(k, max, result == PersistResult::kDurable);
+                              ForgetAnswered();
+                            });
+    }
+    {
+      std::lock_guard lock(forget_mu_);
+      forget_in_flight_ -= skipped + 1;
+      if (forget_in_flight_ > 0) return;  // the last answer pumps the next slice
+    }
   }
+}
+
+void FenceKeys::ForgetAnswered() {
+  bool next;
+  {
+    std::lock_guard lock(forget_mu_);
+    next = --forget_in_flight_ == 0;
+  }
+  if (next) PumpForgets();
 }
 
 void FenceKeys::OnForgotten(const std::string& key, uint64_t max, bool ok) {

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -94,10 +95,17 @@ class KeyPersister {
   ~KeyPersister() = default;
 };
 
+// Forget records go to the state writer this many at a time: the next slice only once the last
+// one is durable, so a raise of any fence waits behind at most one slice (a group commit of a
+// few hundred small records), however many keys fall idle together (a restart starts every key's
+// idle time at once).
+inline constexpr size_t kForgetSlice = 512;
+
 struct KeySettings {
   uint64_t max_keys = 1000000;
   // 0: never forget. Only for token_order: global (config rejects it otherwise).
   std::chrono::milliseconds forget_idle_after{0};
+  size_t forget_slice = kForgetSlice;  // tests make it small
 };
 
 struct KeyLookup {
@@ -150,10 +158,16 @@ class FenceKeys final : private FencePersister {
   // The highest max of the floor and every key (a scan: for a fence that stops being keyed).
   uint64_t Highest() const;
 
-  // Folds idle Fences back into their slots, and (with forgetting) submits the keys idle for
-  // forget_idle_after to be forgotten. Cheap when nothing is active; called every second or so,
-  // from one thread at a time. now: the clock's seconds.
-  void Sweep(double now);
+  // Folds idle Fences back into their slots, and (with forgetting) queues the keys idle for
+  // forget_idle_after to be forgotten, in slices of forget_slice (the first submitted here, each
+  // next one once the one before is durable). Cheap when nothing is active; called every second
+  // or so, from one thread at a time. now: the clock's seconds. Returns true when a burst of
+  // forgetting is over and freed enough memory that the caller should hand it back to the
+  // kernel (ReleaseFreeMemoryGradually, off the request threads).
+  bool Sweep(double now);
+  // Forget records queued and not yet submitted, and submitted and not yet answered (tests).
+  size_t forgets_queued() const;
+  size_t forgets_in_flight() const;
 
  private:
   // A key's bytes in one allocation (length byte first): 8 bytes in the table.
@@ -211,6 +225,9 @@ class FenceKeys final : private FencePersister {
   using Map = boost::unordered_flat_map<PackedKey, Slot, Hash, Equal>;
   static constexpr size_t kShards = 64;  // unrelated keys rarely share a lock
   static constexpr uint64_t kFoldAfterSeconds = 2;  // unused this long, an idle Fence is folded back
+  static constexpr size_t kShrinkMinBuckets = 1024;  // a shard's table or list smaller is kept as is
+  // Keys forgotten since memory was last handed back, before Sweep asks for it again.
+  static constexpr uint64_t kReleaseAfterForgotten = 65536;
   struct alignas(64) Shard {
     mutable std::mutex mu;
     Map map;
@@ -237,15 +254,20 @@ class FenceKeys final : private FencePersister {
   Active* Activate(std::string_view key, Slot& slot, Shard& shard);
   uint32_t Tick(double now) const;
   static bool Idle(const Active& active);
-  struct ForgetCandidate {
-    std::string key;
-    uint64_t max;
+  // Keys chosen to be forgotten, not yet submitted: each a length byte and the key's bytes, one
+  // after another (17 bytes for a 16-byte key: a million of them queued cost 17 MB, not the
+  // 100 MB of a record and a callback each).
+  struct ForgetSlice {
+    std::string keys;
+    size_t count = 0;
   };
   // With the shard's lock held.
   void FoldBack(Shard& shard, uint32_t now_tick);
-  std::vector<ForgetCandidate> ForgetCandidates(Shard& shard, uint32_t now_tick);
-  void Forget(std::vector<ForgetCandidate> candidates);
+  void ForgetCandidates(Shard& shard, uint32_t now_tick, std::vector<ForgetSlice>& slices);
+  // Submits the next slice unless one is in flight (or being submitted); any thread.
+  void PumpForgets();
   void OnForgotten(const std::string& key, uint64_t max, bool ok);
+  void ForgetAnswered();
 
   const std::string name_;
   const KeySettings settings_;
@@ -261,6 +283,12 @@ class FenceKeys final : private FencePersister {
   std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> forgotten_{0};
   uint32_t next_forget_scan_ = 0;  // Sweep's only (one sweeper)
+  uint64_t forgotten_at_release_ = 0;  // Sweep's only: forgotten_ when memory was last handed back
+  mutable std::mutex forget_mu_;  // never held while a shard's lock is taken or a record submitted
+  std::deque<ForgetSlice> forget_queue_;
+  // Records of the slice submitted last not yet answered, plus one while PumpForgets is still
+  // submitting it (so that no other slice starts meanwhile).
+  size_t forget_in_flight_ = 0;
   std::array<Shard, kShards> shards_;
 };
 

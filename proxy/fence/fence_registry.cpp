@@ -1,6 +1,7 @@
 #include "fence/fence_registry.h"
 
 #include "common/log.h"
+#include "common/memory.h"
 
 #include <algorithm>
 #include <chrono>
@@ -188,7 +189,10 @@ void FenceRegistry::Sweep() {
     for (const auto& [name, fence] : keyed_) keyed.push_back(fence.get());
   }
   const double now = SteadySeconds();
-  for (FenceKeys* fence : keyed) fence->Sweep(now);
+  bool release = false;
+  for (FenceKeys* fence : keyed) release = fence->Sweep(now) || release;
+  // After a burst of forgetting: on this thread, never a request's or the state writer's.
+  if (release) ReleaseFreeMemoryGradually();
 }
 
 void FenceRegistry::StartSweeper(std::chrono::milliseconds period) {

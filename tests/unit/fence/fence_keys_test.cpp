@@ -292,6 +292,84 @@ TEST_F(FenceKeysTest, AKeyUsedWhileItsForgetRecordIsOnItsWayStaysKnown) {
   used->Release();
 }
 
+// However many keys fall idle together (a restart starts every key's idle time at once), the
+// state writer gets their forget records one slice at a time: the next slice only once every
+// record of the one before is answered, so a raise of another fence waits behind one slice.
+TEST_F(FenceKeysTest, KeysFallingIdleTogetherAreForgottenOneSliceAtATime) {
+  KeySettings settings;
+  settings.forget_idle_after = std::chrono::seconds(1);
+  settings.forget_slice = 4;
+  KeyMaxima replayed;
+  for (int i = 0; i < 10; ++i) replayed.emplace("k" + std::to_string(i), 100 + i);
+  auto keys = Make(0, std::move(replayed), settings);
+  now += 5;
+  keys->Sweep(now);
+  EXPECT_EQ(persister.outstanding(), 4u) << "one slice submitted";
+  EXPECT_EQ(keys->forgets_queued(), 6u);
+  keys->Sweep(now + 1);  // a sweep meanwhile submits nothing more, and chooses no key twice
+  EXPECT_EQ(persister.outstanding(), 4u);
+  EXPECT_EQ(keys->forgets_queued(), 6u);
+  for (int i = 0; i < 3; ++i) persister.CompleteOne();
+  EXPECT_EQ(persister.outstanding(), 1u) << "the next slice waits for the whole of this one";
+  persister.CompleteOne();
+  EXPECT_EQ(persister.outstanding(), 4u) << "the last answer submits the next slice";
+  EXPECT_EQ(keys->forgets_queued(), 2u);
+  persister.CompleteAll();  // completes the third slice too, as it is submitted
+  EXPECT_EQ(persister.outstanding(), 0u);
+  EXPECT_EQ(keys->forgets_queued(), 0u);
+  EXPECT_EQ(keys->forgets_in_flight(), 0u);
+  EXPECT_EQ(keys->Snapshot().keys, 0u);
+  EXPECT_EQ(keys->floor(), 109u);
+  EXPECT_EQ(observer.forgotten.load(), 10u);
+  ASSERT_EQ(persister.records.size(), 10u);
+  for (const FenceRecord& r : persister.records) EXPECT_EQ(r.kind, FenceRecord::Kind::kForgetKey);
+}
+
+// A key queued to be forgotten and used before its slice is submitted is not forgotten, and a
+// queued key's record carries its max as of the submission.
+TEST_F(FenceKeysTest, AQueuedKeyUsedBeforeItsSliceIsSubmittedIsNotForgotten) {
+  KeySettings settings;
+  settings.forget_idle_after = std::chrono::seconds(1);
+  settings.forget_slice = 1;
+  KeyMaxima replayed{{"a", 10}, {"b", 20}, {"c", 30}};
+  auto keys = Make(0, std::move(replayed), settings);
+  now += 5;
+  keys->Sweep(now);
+  ASSERT_EQ(persister.outstanding(), 1u);
+  const std::string first = persister.records[0].key;
+  std::vector<std::string> queued;
+  for (const char* k : {"a", "b", "c"}) {
+    if (k != first) queued.push_back(k);
+  }
+  keys->Acquire(queued[0], 0).fence.reset();  // used again: stays
+  keys->NoteCommitted(queued[1], 99);          // raised by another proxy while queued
+  persister.CompleteAll();
+  ASSERT_EQ(persister.records.size(), 2u);
+  EXPECT_EQ(persister.records[1].key, queued[1]);
+  EXPECT_EQ(persister.records[1].token, 99u);
+  EXPECT_TRUE(keys->Find(queued[0]).has_value());
+  EXPECT_FALSE(keys->Find(queued[1]).has_value());
+  EXPECT_EQ(keys->floor(), 99u);
+  EXPECT_EQ(keys->Snapshot().keys, 1u);
+}
+
+// A synchronous persister (it answers inside PersistKey) forgets every slice in one sweep
+// without recursing once per slice.
+TEST_F(FenceKeysTest, ASynchronousPersisterForgetsEverySliceInOneSweep) {
+  persister.synchronous = true;
+  KeySettings settings;
+  settings.forget_idle_after = std::chrono::seconds(1);
+  settings.forget_slice = 2;
+  KeyMaxima replayed;
+  for (int i = 0; i < 5000; ++i) replayed.emplace("k" + std::to_string(i), i);
+  auto keys = Make(0, std::move(replayed), settings);
+  now += 5;
+  keys->Sweep(now);
+  EXPECT_EQ(keys->Snapshot().keys, 0u);
+  EXPECT_EQ(keys->forgets_in_flight(), 0u);
+  EXPECT_EQ(keys->floor(), 4999u);
+}
+
 TEST_F(FenceKeysTest, AFailedForgetRecordForgetsNothing) {
   KeySettings settings;
   settings.forget_idle_after = std::chrono::seconds(1);
