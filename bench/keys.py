@@ -104,6 +104,29 @@ def fences(admin_port):
     return json.loads(body)["fences"]
 
 
+def sync_slow(m0, m1):
+    """The state writer's own account between two scrapes: write+fdatasyncs by duration
+    (fencing_proxy_state_sync_seconds), {"syncs": n, "over_25ms": n, "slowest_le_s": bound}."""
+    def buckets(m):
+        out = {}
+        for (name, labels), v in m.items():
+            if name == "fencing_proxy_state_sync_seconds_bucket":
+                le = dict(labels)["le"]
+                out[float("inf") if le in ("+Inf", "inf") else float(le)] = v
+        return out
+    b0, b1 = buckets(m0), buckets(m1)
+    delta = {le: b1[le] - b0.get(le, 0) for le in b1}
+    total = delta.get(float("inf"), 0)
+    slowest = None
+    prev = 0
+    for le in sorted(delta):
+        if delta[le] > prev:
+            slowest = le
+        prev = delta[le]
+    return {"syncs": int(total), "over_25ms": int(total - delta.get(0.025, 0)),
+            "slowest_le_s": slowest if slowest != float("inf") else "+Inf"}
+
+
 def pct(xs, q):
     if not xs:
         return None
@@ -350,6 +373,7 @@ class KeysBench:
                 "proxy_log": compacted[-1] if compacted else None,
                 "file_bytes_after": os.path.getsize(self.state_file),
                 "handover_stall_ms": round(stall * 1000, 3) if stall is not None else None,
+                "syncs": sync_slow(m0, m1),
                 "rss_after_kib": rss_at_once, "rss_after_idle_kib": rss_idle,
                 "idle_seconds": a.idle_seconds,
                 "process": self.process_memory(m1)}
@@ -413,28 +437,33 @@ class KeysBench:
             stop.set()
             raise BenchError("forgetting: %d of %d keys forgotten after %.0f s"
                              % (forgotten, n_forget, a.forget_timeout))
+        keys_left = int(metric(c, "fencing_proxy_fence_keys", fence="keys"))
         time.sleep(1.0)
         r = self.side_finish(rs)
-        stop.set()
-        keep.join(timeout=30)
         hwm = vm_status(self.proxy.pid).get("VmHWM")
         rss_at_once = self.rss_kib()
-        time.sleep(a.idle_seconds)
+        time.sleep(a.idle_seconds)               # the kept keys still in use meanwhile
         rss_idle = self.rss_kib()
         m1 = metrics(self.admin_port)
+        stop.set()
+        keep.join(timeout=30)
         R.update({
             "seconds_restart_to_first_forget": round(t_first - t_start, 3) if t_first else None,
             "seconds_first_to_last_forget": round(t_done - (t_first or t_done), 3),
             "raise_during": latency_summary(r["samples"], t_first or t_done, t_done + 0.5),
             "raise_whole_run": latency_summary(r["samples"]),
-            "keys_left": int(metric(m1, "fencing_proxy_fence_keys", fence="keys")),
+            "keys_left": keys_left,
+            "keys_left_after_idle": int(metric(m1, "fencing_proxy_fence_keys", fence="keys")),
+            "syncs": sync_slow(m0, m1),
             "rss_peak_polled_kib": rss_peak, "vm_hwm_kib": hwm,
             "rss_after_kib": rss_at_once, "rss_after_idle_kib": rss_idle,
             "process": self.process_memory(m1),
         })
         self.stop_proxy()
+        R["file_bytes_after"] = os.path.getsize(self.state_file)
         # The same keys in a fresh process: the reference for RSS after the burst.
         R["restart_after_s"] = round(self.start_proxy(), 3)
+        R["keys_restarted"] = int(metric(metrics(self.admin_port), "fencing_proxy_fence_keys", fence="keys"))
         self.warm()
         time.sleep(a.idle_seconds)
         R["rss_restarted_same_keys_kib"] = self.rss_kib()
