@@ -123,7 +123,12 @@ def sync_slow(m0, m1):
         if delta[le] > prev:
             slowest = le
         prev = delta[le]
+    seconds = 0.0
+    for (name, labels), v in m1.items():
+        if name == "fencing_proxy_state_sync_seconds_sum":
+            seconds = v - m0.get((name, labels), 0.0)
     return {"syncs": int(total), "over_25ms": int(total - delta.get(0.025, 0)),
+            "mean_ms": round(seconds / total * 1000, 3) if total else None,
             "slowest_le_s": slowest if slowest != float("inf") else "+Inf"}
 
 
@@ -645,8 +650,9 @@ def parse_args(argv):
     p.add_argument("--max-stall-ms", type=float, default=25.0,
                    help="--check: longest serial raise on another fence during the compaction or the "
                         "forgetting burst (default 25 ms)")
-    p.add_argument("--max-handover-ms", type=float, default=5.0,
-                   help="--check: the writer's own longest compaction hand-over (default 5 ms)")
+    p.add_argument("--max-handover-ms", type=float, default=10.0,
+                   help="--check: the writer's own longest compaction hand-over (default 10 ms: two "
+                        "syncs and a rename; the close of the replaced log alone took 44 ms)")
     p.add_argument("--max-rss-ratio", type=float, default=1.2,
                    help="--check: RSS after a compaction or a forgetting burst over the same keys restarted "
                         "(default 1.2)")

@@ -47,13 +47,14 @@ size_t ReleaseFreeMemoryGradually() {
   }
   if (MallocExtension_MarkThreadIdle != nullptr) MallocExtension_MarkThreadIdle();
   const size_t unmapped_before = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
-  // Bounded: the free bytes can only shrink by what each slice released, unless other threads
-  // free more meanwhile; stop when a slice released nothing.
-  for (int slices = 0; slices < 4096; ++slices) {
-    const size_t free_before = TcmallocProperty("tcmalloc.pageheap_free_bytes");
-    if (free_before == 0) break;
+  // tcmalloc releases whole spans, so one call may release far more than asked and the next
+  // ones then release nothing until that is made up: stop when nothing is free any more, or
+  // after as many calls as the free bytes (and one span's overshoot) could need.
+  const size_t free_at_start = TcmallocProperty("tcmalloc.pageheap_free_bytes");
+  const size_t max_slices = 2 * (free_at_start / kReleaseSliceBytes) + 64;
+  for (size_t slice = 0; slice < max_slices; ++slice) {
+    if (TcmallocProperty("tcmalloc.pageheap_free_bytes") == 0) break;
     MallocExtension_ReleaseToSystem(kReleaseSliceBytes);
-    if (TcmallocProperty("tcmalloc.pageheap_free_bytes") >= free_before) break;
   }
   const size_t unmapped_after = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
   return unmapped_after > unmapped_before ? unmapped_after - unmapped_before : 0;
@@ -74,10 +75,15 @@ MemoryStats ReadMemoryStats() {
     const size_t heap = TcmallocProperty("generic.heap_size");
     const size_t unmapped = TcmallocProperty("tcmalloc.pageheap_unmapped_bytes");
     stats.allocator_held = heap > unmapped ? heap - unmapped : 0;
+    stats.allocator_free = TcmallocProperty("tcmalloc.pageheap_free_bytes");
+    stats.allocator_cached = TcmallocProperty("tcmalloc.central_cache_free_bytes") +
+                             TcmallocProperty("tcmalloc.transfer_cache_free_bytes") +
+                             TcmallocProperty("tcmalloc.thread_cache_free_bytes");
   } else {
     const struct mallinfo2 info = ::mallinfo2();
     stats.allocated = info.uordblks + info.hblkhd;
     stats.allocator_held = info.arena + info.hblkhd;
+    stats.allocator_free = info.fordblks;
   }
   return stats;
 }

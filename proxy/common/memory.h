@@ -26,11 +26,14 @@ size_t ReleaseFreeMemoryGradually();
 // What the process holds, as the metrics show it: resident bytes (/proc/self/statm), and the
 // allocator's bytes in use by the program and held from the kernel (tcmalloc's
 // generic.current_allocated_bytes and generic.heap_size minus what it released; glibc's
-// mallinfo2 in-use and arena bytes). 0 where unknown.
+// mallinfo2 in-use and arena bytes); of the held bytes not in use, those in whole free pages
+// (what a release returns) and those in the allocator's caches of small objects. 0 where unknown.
 struct MemoryStats {
   size_t resident = 0;
   size_t allocated = 0;
   size_t allocator_held = 0;
+  size_t allocator_free = 0;
+  size_t allocator_cached = 0;
 };
 MemoryStats ReadMemoryStats();
 

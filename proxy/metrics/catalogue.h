@@ -54,7 +54,8 @@
     "Resident memory of the process (/proc/self/statm), read at each scrape.")                                    \
   X(Gauge, allocator_bytes, "fencing_proxy_allocator_bytes",                                                      \
     "The memory allocator's bytes, read at each scrape, by state: allocated (in use by the proxy), held (taken "  \
-    "from the kernel and not given back: allocated, and free in the allocator's lists).")                         \
+    "from the kernel and not given back), free (of held: whole free pages, what a release returns), cached (of "  \
+    "held: freed small objects in the allocator's caches).")                                                      \
   X(Gauge, config_last_reload_successful, "fencing_proxy_config_last_reload_successful",                          \
     "1 if the last route-file load was applied, 0 if it was refused.")                                            \
   X(Gauge, config_last_reload_success_timestamp_seconds,                                                          \

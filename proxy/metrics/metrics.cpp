@@ -38,6 +38,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   process_resident_memory_series_ = &process_resident_memory_bytes_->Add({});
   allocator_allocated_series_ = &allocator_bytes_->Add({{"state", "allocated"}});
   allocator_held_series_ = &allocator_bytes_->Add({{"state", "held"}});
+  allocator_free_series_ = &allocator_bytes_->Add({{"state", "free"}});
+  allocator_cached_series_ = &allocator_bytes_->Add({{"state", "cached"}});
   config_last_reload_successful_series_ = &config_last_reload_successful_->Add({});
   config_last_reload_success_timestamp_series_ = &config_last_reload_success_timestamp_seconds_->Add({});
   config_reloads_success_series_ = &config_reloads_total_->Add({{"result", "success"}});
@@ -116,6 +118,8 @@ std::string Metrics::Serialize() const {
   process_resident_memory_series_->Set(static_cast<double>(memory.resident));
   allocator_allocated_series_->Set(static_cast<double>(memory.allocated));
   allocator_held_series_->Set(static_cast<double>(memory.allocator_held));
+  allocator_free_series_->Set(static_cast<double>(memory.allocator_free));
+  allocator_cached_series_->Set(static_cast<double>(memory.allocator_cached));
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -150,6 +150,8 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   prometheus::Gauge* process_resident_memory_series_;
   prometheus::Gauge* allocator_allocated_series_;
   prometheus::Gauge* allocator_held_series_;
+  prometheus::Gauge* allocator_free_series_;
+  prometheus::Gauge* allocator_cached_series_;
   prometheus::Gauge* config_last_reload_successful_series_;
   prometheus::Gauge* config_last_reload_success_timestamp_series_;
   prometheus::Counter* config_reloads_success_series_;
