@@ -175,6 +175,11 @@ TEST(StateKeysBench, DISABLED_MillionKeys) {
     std::printf("  compaction: %.3f s start to hand-over (background), %llu compaction(s) in the run\n", compaction_s,
                 static_cast<unsigned long long>(compactions));
     std::printf("  longest writer stall (hand-over): %.2f ms\n", longest_stall * 1e3);
+    // The hand-over is two syncs, a rename and a directory fsync; the replaced log's close (44 ms
+    // at a million keys) is not the writer's (FORMAT.md H7). FP_BENCH_MAX_HANDOVER_MS overrides.
+    const char* bound_env = std::getenv("FP_BENCH_MAX_HANDOVER_MS");
+    const double bound_ms = bound_env != nullptr ? std::atof(bound_env) : 10.0;
+    EXPECT_LE(longest_stall * 1e3, bound_ms) << "the compaction's hand-over stalled the writer";
     std::printf("  raises during the compaction: %s\n", summary(during).c_str());
     std::printf("  raises before it (baseline):  %s\n", summary(outside).c_str());
     std::printf("  group commits in the run: %llu\n", static_cast<unsigned long long>(store->sync_count() - syncs_before));
