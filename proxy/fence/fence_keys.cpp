@@ -8,13 +8,18 @@
 namespace fencing {
 
 FenceKeys::PackedKey::PackedKey(std::string_view key) : data_(new char[key.size() + 1]) {
-  data_[0] = static_cast<char>(static_cast<unsigned char>(key.size()));  // keys are at most 128 bytes
+  data_[0] = static_cast<char>(LengthByte(key, false));  // keys are 1 to 128 bytes
+  std::memcpy(data_ + 1, key.data(), key.size());
+}
+
+FenceKeys::PackedKey::PackedKey(std::string_view key, char* arena_at) : data_(arena_at) {
+  data_[0] = static_cast<char>(LengthByte(key, true));
   std::memcpy(data_ + 1, key.data(), key.size());
 }
 
 FenceKeys::PackedKey& FenceKeys::PackedKey::operator=(PackedKey&& other) noexcept {
   if (this != &other) {
-    delete[] data_;
+    Free();
     data_ = other.data_;
     other.data_ = nullptr;
   }
@@ -211,7 +216,7 @@ bool FenceKeys::Sweep(double now) {
     // A table that forgetting left mostly empty gives its memory back: a boost flat map never
     // shrinks by itself (at a million keys forgotten, some 30 MB of empty slots).
     if (shard.map.bucket_count() > kShrinkMinBuckets && shard.map.size() < shard.map.bucket_count() / 8) {
-      shard.map.rehash(0);
+      Relocate(shard);
     }
     if (shard.active.capacity() > kShrinkMinBuckets && shard.active.size() < shard.active.capacity() / 8) {
       shard.active.shrink_to_fit();
@@ -231,6 +236,23 @@ bool FenceKeys::Sweep(double now) {
   }
   forgotten_at_release_ = forgotten;
   return true;
+}
+
+void FenceKeys::Relocate(Shard& shard) {
+  size_t bytes = 0;
+  for (const auto& [key, slot] : shard.map) bytes += 1 + key.view().size();
+  auto arena = std::make_unique<char[]>(std::max<size_t>(bytes, 1));
+  Map moved;
+  moved.reserve(shard.map.size());
+  char* at = arena.get();
+  for (const auto& [key, slot] : shard.map) {
+    const std::string_view k = key.view();
+    moved.emplace(PackedKey(k, at), slot);
+    at += 1 + k.size();
+  }
+  shard.map = std::move(moved);     // the old keys freed (those in the old arena are not owned)...
+  shard.arena = std::move(arena);   // ...and only then the old arena
+  relocations_.fetch_add(1, std::memory_order_relaxed);
 }
 
 size_t FenceKeys::forgets_queued() const {

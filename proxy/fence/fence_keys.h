@@ -168,22 +168,35 @@ class FenceKeys final : private FencePersister {
   // Forget records queued and not yet submitted, and submitted and not yet answered (tests).
   size_t forgets_queued() const;
   size_t forgets_in_flight() const;
+  // Shard tables moved into an arena after forgetting left them sparse (tests).
+  uint64_t relocations() const { return relocations_.load(std::memory_order_relaxed); }
 
  private:
-  // A key's bytes in one allocation (length byte first): 8 bytes in the table.
+  // A key's bytes in one allocation (length byte first): 8 bytes in the table. Keys are 1-128
+  // bytes, so the length byte holds the length - 1 in its low 7 bits; the top bit says the bytes
+  // live in the shard's arena (Relocate) and are not this key's to free.
   class PackedKey {
    public:
     explicit PackedKey(std::string_view key);
-    ~PackedKey() { delete[] data_; }
+    PackedKey(std::string_view key, char* arena_at);  // writes 1 + key.size() bytes there
+    ~PackedKey() { Free(); }
     PackedKey(PackedKey&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
     PackedKey& operator=(PackedKey&& other) noexcept;
     PackedKey(const PackedKey&) = delete;
     PackedKey& operator=(const PackedKey&) = delete;
     std::string_view view() const {
-      return {data_ + 1, static_cast<unsigned char>(data_[0])};
+      return {data_ + 1, static_cast<size_t>(static_cast<unsigned char>(data_[0]) & kLengthMask) + 1};
     }
 
    private:
+    void Free() {
+      if (data_ != nullptr && !(static_cast<unsigned char>(data_[0]) & kInArena)) delete[] data_;
+    }
+    static constexpr unsigned char kInArena = 0x80;
+    static constexpr unsigned char kLengthMask = 0x7f;
+    static unsigned char LengthByte(std::string_view key, bool in_arena) {
+      return static_cast<unsigned char>(((key.size() - 1) & kLengthMask) | (in_arena ? kInArena : 0));
+    }
     char* data_;
   };
   // A key with its hash already computed: the shard is chosen by the hash, and the lookup in the
@@ -232,6 +245,8 @@ class FenceKeys final : private FencePersister {
     mutable std::mutex mu;
     Map map;
     std::vector<Active*> active;  // the slots with a Fence, for the sweep
+    // The bytes of the keys the last Relocate moved (their PackedKeys point here).
+    std::unique_ptr<char[]> arena;
   };
   // Reports a key's raises to the fence's observer: a key's max is no label value, so the
   // fence's max_token gauge shows the highest max of any key.
@@ -263,6 +278,11 @@ class FenceKeys final : private FencePersister {
   };
   // With the shard's lock held.
   void FoldBack(Shard& shard, uint32_t now_tick);
+  // A table that forgetting left mostly empty: its keys move into one arena allocation and the
+  // table shrinks. Their own small allocations were spread over the pages of every key the shard
+  // once held, so a few survivors would keep most of those pages resident (1,000 keys left of a
+  // million: 12 MB the allocator could not return).
+  void Relocate(Shard& shard);
   void ForgetCandidates(Shard& shard, uint32_t now_tick, std::vector<ForgetSlice>& slices);
   // Submits the next slice unless one is in flight (or being submitted); any thread.
   void PumpForgets();
@@ -282,6 +302,7 @@ class FenceKeys final : private FencePersister {
   std::atomic<uint64_t> floor_;
   std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> forgotten_{0};
+  std::atomic<uint64_t> relocations_{0};
   uint32_t next_forget_scan_ = 0;  // Sweep's only (one sweeper)
   uint64_t forgotten_at_release_ = 0;  // Sweep's only: forgotten_ when memory was last handed back
   mutable std::mutex forget_mu_;  // never held while a shard's lock is taken or a record submitted

@@ -370,6 +370,47 @@ TEST_F(FenceKeysTest, ASynchronousPersisterForgetsEverySliceInOneSweep) {
   EXPECT_EQ(keys->floor(), 4999u);
 }
 
+// After a burst of forgetting the few keys left move into one arena per shard (so that they do
+// not keep the pages of the million forgotten ones resident): every one of them is still found
+// with its max, can be used and raised, and keys of 1 and 128 bytes keep their length.
+TEST_F(FenceKeysTest, KeysLeftAfterABurstOfForgettingAreRelocatedIntact) {
+  persister.synchronous = true;
+  KeySettings settings;
+  settings.forget_idle_after = std::chrono::seconds(10);
+  KeyMaxima replayed;
+  for (int i = 0; i < 100000; ++i) replayed.emplace("k" + std::to_string(i), 1000 + i);
+  const std::string longest(128, 'x');
+  replayed.emplace("a", 7);
+  replayed.emplace(longest, 9);
+  auto keys = Make(0, std::move(replayed), settings);
+  now += 20;
+  // Kept in use: 100 keys and the two odd lengths.
+  std::vector<std::string> kept = {"a", longest};
+  for (int i = 0; i < 100; ++i) kept.push_back("k" + std::to_string(i * 997));
+  for (const std::string& k : kept) keys->Acquire(k, 0).fence.reset();
+  keys->Sweep(now);  // forgets the rest (the persister answers at once)
+  ASSERT_EQ(keys->Snapshot().keys, kept.size());
+  keys->Sweep(now + 3);  // the tables are sparse now: relocated (and the Fences folded back)
+  EXPECT_GT(keys->relocations(), 0u);
+  for (const std::string& k : kept) {
+    auto found = keys->Find(k);
+    ASSERT_TRUE(found.has_value()) << k;
+    const uint64_t want = k == "a" ? 7 : k == longest ? 9 : 1000 + std::stoull(k.substr(1));
+    EXPECT_EQ(found->max_token, want) << k;
+  }
+  EXPECT_FALSE(keys->Find("k1").has_value());
+  // Still usable, and raised through the relocated key.
+  AdmitNow(*keys, longest, 50)->Release();
+  AdmitNow(*keys, "a", 51)->Release();
+  EXPECT_EQ(keys->Find(longest)->max_token, 50u);
+  // A later relocation (after more forgetting) moves the arena's keys again.
+  const uint64_t before = keys->relocations();
+  keys->Sweep(now + 100);  // everything idle: the rest goes too
+  keys->Sweep(now + 103);
+  EXPECT_EQ(keys->Snapshot().keys, 0u);
+  EXPECT_GE(keys->relocations(), before);
+}
+
 TEST_F(FenceKeysTest, AFailedForgetRecordForgetsNothing) {
   KeySettings settings;
   settings.forget_idle_after = std::chrono::seconds(1);
