@@ -375,8 +375,16 @@ void StateStore::NoteCompactionFailure(const Status& status) {
           {{"file", path_}, {"error", status.message()}, {"retry_at_bytes", compaction_retry_at_}});
 }
 
-void StateStore::CloseReplaced(int fd) const {
-  if (fd >= 0) ops_->Close(fd);  // the old, nameless inode's lock only; its blocks are freed here
+void StateStore::CloseReplaced(int fd, bool release_blocks) const {
+  if (fd < 0) return;
+  struct stat st {};
+  if (release_blocks && ops_->Fstat(fd, &st) == 0) {
+    for (uint64_t size = static_cast<uint64_t>(st.st_size); size > 0;) {
+      size = size > kReleaseStepBytes ? size - kReleaseStepBytes : 0;
+      if (ops_->Ftruncate(fd, static_cast<off_t>(size)) != 0) break;  // the close frees the rest
+    }
+  }
+  ops_->Close(fd);  // the old, nameless inode's lock; what is left of its blocks is freed here
 }
 
 Status StateStore::FinishCompaction(std::unique_ptr<CompactionJob> job, double* stall_seconds, int* replaced_fd) {

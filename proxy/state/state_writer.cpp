@@ -275,8 +275,11 @@ void StateWriter::FinishCompaction() {
   // H7, off this thread: the old log's close (its blocks are freed as its last descriptor goes),
   // then the memory the compaction freed goes back to the kernel.
   if (replaced_fd >= 0 || background) {
-    Defer([this, replaced_fd, background] {
-      store_.CloseReplaced(replaced_fd);
+    // Its blocks are released step by step only when the snapshot's name is durable: after a
+    // failed directory sync the old inode may still be what the name holds after a crash.
+    const bool release_blocks = status.ok();
+    Defer([this, replaced_fd, background, release_blocks] {
+      store_.CloseReplaced(replaced_fd, release_blocks);
       if (background) ReleaseFreeMemoryGradually();  // a large log's compaction: megabytes freed
     });
   }
