@@ -93,7 +93,7 @@ h2::Headers H2RequestHead(const RequestHead& client, const H2RequestHeadInput& i
                                      : !client_host.empty() ? client_host
                                                             : input.backend_host;
   h2::Headers head{{":method", std::string(client.method_string())},
-                   {":scheme", "http"},
+                   {":scheme", input.https ? "https" : "http"},
                    {":authority", std::string(authority)},
                    {":path", std::string(input.origin_target)}};
   // The fields the HTTP/1.1 path copies, by the same rule (header_rewrite.h): Host is :authority.

@@ -55,6 +55,7 @@ struct H2RequestHeadInput {
   std::string_view identity_header;
   std::string_view identity;
   std::optional<uint64_t> whole;    // the body is in hand complete, with this many bytes
+  bool https = false;               // :scheme https (backend_protocol h2, an https:// backend)
 };
 
 // The client sent exactly one TE field, and it says "trailers": it reads chunked trailers, and an

@@ -495,12 +495,13 @@ io::Awaitable<bool> Session::Forward(const Runtime& runtime, const RequestHead& 
   const bool drop_underscored = config.headers_with_underscores == HeadersWithUnderscores::kDrop;
   ExchangeResult result;
   if (H2Upstream* h2 = worker_.h2_upstream()) {
-    // An HTTP/2 backend (backend_protocol: h2c): the request is one stream (server/http1_h2_relay.h).
+    // An HTTP/2 backend (backend_protocol: h2c or h2): the request is one stream (server/http1_h2_relay.h).
     H2RelayRequest request;
     request.head = H2RequestHead(
         head, H2RequestHeadInput{plan.origin_target, plan.host, worker_.shared().backend_host, client_ip_,
                                  plan.drop_header, drop_underscored, token, identity_header, identity,
-                                 body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt});
+                                 body.complete() ? std::optional<uint64_t>(body.size()) : std::nullopt,
+                                 config.backend_https});
     request.head_request = head.method() == http::verb::head;
     request.client_version = head.version();
     request.client_keep_alive = client_keep_alive;

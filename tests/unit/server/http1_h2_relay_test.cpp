@@ -62,6 +62,16 @@ TEST(H2RequestHeadTest, PseudoHeadersFirstFromTheRequestLineAndHost) {
   EXPECT_EQ(H2Values(head, "content-length"), std::vector<std::string>{"3"});
 }
 
+TEST(H2RequestHeadTest, AnHttpsBackendGetsSchemeHttps) {
+  RequestHead client = Parsed("GET /orders/1 HTTP/1.1\r\nHost: client.example\r\n\r\n");
+  H2RequestHeadInput input = Input();
+  input.https = true;  // backend_protocol h2: HTTP/2 over TLS to an https:// backend
+  h2::Headers head = H2RequestHead(client, input);
+  ASSERT_GE(head.size(), 2u);
+  EXPECT_EQ(head[1].name, ":scheme");
+  EXPECT_EQ(head[1].value, "https");
+}
+
 TEST(H2RequestHeadTest, AbsoluteFormAuthorityAndMissingHost) {
   RequestHead client = Parsed("GET http://other.example/a HTTP/1.1\r\nHost: other.example\r\n\r\n");
   H2RequestHeadInput input = Input("/a");
