@@ -104,6 +104,12 @@ FENCING_H2_ERROR_CODES(FENCING_H2_ERROR_CONSTANT)
 // "PROTOCOL_ERROR"; a code not in the list: "0x2a".
 std::string ErrorCodeName(uint32_t code);
 
+// How many of one side's bytes a relay lets the other side's codec (or queue) hold before it
+// stops reading that side: one default HTTP/2 window (65,535, rounded up). Every relay between
+// an HTTP/2 stream and another hop holds a side back at this mark, so back-pressure is end to end
+// and what the proxy buffers per stream is bounded.
+inline constexpr size_t kRelayHighWater = 64 * 1024;
+
 enum class Role {
   kServer,  // accepts streams; reads the client's connection preface
   kClient,  // opens streams; sends the preface

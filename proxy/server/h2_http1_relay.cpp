@@ -23,9 +23,8 @@ using io::kTuple;
 
 namespace {
 
-// The client's bytes its codec may hold for the stream before the backend's read is held back:
-// one default HTTP/2 window, as H2Session's relay to an HTTP/2 backend.
-constexpr size_t kHighWater = 64 * 1024;
+// One side held back at h2::kRelayHighWater (h2/connection.h).
+constexpr size_t kHighWater = h2::kRelayHighWater;
 
 std::optional<uint64_t> PlainDecimal(std::string_view text) {
   if (text.empty() || text.size() > 19) return std::nullopt;  // 19 digits never overflow

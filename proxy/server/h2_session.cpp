@@ -37,9 +37,8 @@ using io::kTuple;
 
 namespace {
 
-// A side's bytes the other side's codec may hold before the sender is held back: one default
-// HTTP/2 window.
-constexpr size_t kHighWater = 64 * 1024;
+// One side held back at h2::kRelayHighWater (h2/connection.h).
+constexpr size_t kHighWater = h2::kRelayHighWater;
 
 }  // namespace
 

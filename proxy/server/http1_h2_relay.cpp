@@ -27,9 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The request body the backend's side may have queued before the client's is read on: one
-// default HTTP/2 window (as H2Session holds a side back).
-constexpr size_t kHighWater = 64 * 1024;
+// One side held back at h2::kRelayHighWater (h2/connection.h).
+constexpr size_t kHighWater = h2::kRelayHighWater;
 // Response bytes gathered for one write to the client (an event may bring it over by one event).
 constexpr size_t kWriteBatch = 64 * 1024;
 
