@@ -194,13 +194,15 @@ io::Awaitable<Sent> SendRequest(UpstreamConnection& upstream, const ExchangeRequ
   co_return Sent::kOk;
 }
 
-}  // namespace
-
-io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& pool, ExchangeCancel& cancel,
-                                                                 const ExchangeRequest& request, RequestBody& body,
-                                                                 BodySource& more,
-                                                                 std::optional<ResponseParser>& response_parser,
-                                                                 ExchangeResult& result) {
+// SendToBackend's work, with what follows a response head as `then(connection, result)`: so the
+// HTTP/1.1 client's exchange relays the response from the same coroutine frame that sent the
+// request (one frame per exchange plus the relay's, as when this lived in Exchange::Run), and
+// SendToBackend hands the connection back.
+template <typename Then>
+io::Awaitable<ExchangeResult> ForwardToBackend(UpstreamPool& pool, ExchangeCancel& cancel,
+                                               const ExchangeRequest& request, RequestBody& body, BodySource& more,
+                                               std::optional<ResponseParser>& response_parser, Then then) {
+  ExchangeResult result;
   boost::system::error_code ec;
   // A pooled connection is taken without a coroutine of its own (the usual case); a new one
   // needs a connect.
@@ -208,7 +210,7 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& p
   if (!upstream) upstream = co_await pool.Connect(ec);
   if (!upstream) {
     Fail(cancel, result, ec);
-    co_return nullptr;
+    co_return result;
   }
   cancel.upstream = upstream.get();
 
@@ -238,7 +240,7 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& p
       result.body_failed = true;
       result.keep_alive = false;
       cancel.upstream = nullptr;
-      co_return nullptr;
+      co_return result;
     }
     if (sent == Sent::kRefused && may_resend) {
       // Closed before a byte of the request was written: it cannot have reached the backend.
@@ -272,7 +274,10 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& p
         }
         if (status / 100 != 1) break;
       }
-      if (!ec) co_return upstream;
+      if (!ec) {
+        co_await then(std::move(upstream), result);
+        co_return result;
+      }
     }
     // The request may have reached the backend: resent only when repeating it is harmless, and
     // only when the backend closed or reset the connection without a byte of answer.
@@ -288,7 +293,24 @@ io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& p
   if (result.upstream_status == 101) {
     result.problem->detail = "the backend switched protocols (101) though no upgrade was asked for";
   }
-  co_return nullptr;
+  co_return result;
+}
+
+}  // namespace
+
+io::Awaitable<std::unique_ptr<UpstreamConnection>> SendToBackend(UpstreamPool& pool, ExchangeCancel& cancel,
+                                                                 const ExchangeRequest& request, RequestBody& body,
+                                                                 BodySource& more,
+                                                                 std::optional<ResponseParser>& response_parser,
+                                                                 ExchangeResult& result) {
+  std::unique_ptr<UpstreamConnection> upstream;
+  result = co_await ForwardToBackend(pool, cancel, request, body, more, response_parser,
+                                     [&upstream](std::unique_ptr<UpstreamConnection> answered,
+                                                 ExchangeResult&) -> io::Awaitable<void> {
+                                       upstream = std::move(answered);
+                                       co_return;
+                                     });
+  co_return upstream;
 }
 
 io::Awaitable<boost::system::error_code> Exchange::More(RequestBody& body) {
@@ -296,12 +318,11 @@ io::Awaitable<boost::system::error_code> Exchange::More(RequestBody& body) {
 }
 
 io::Awaitable<ExchangeResult> Exchange::Run(const ExchangeRequest& request, RequestBody& body) {
-  ExchangeResult result;
-  std::optional<ResponseParser> response_parser;
-  std::unique_ptr<UpstreamConnection> upstream =
-      co_await SendToBackend(pool_, cancel_, request, body, *this, response_parser, result);
-  if (upstream) co_await Relay(request, std::move(upstream), response_parser, result);
-  co_return result;
+  // Not a coroutine itself: ForwardToBackend's frame is the exchange's.
+  return ForwardToBackend(pool_, cancel_, request, body, *this, response_parser_,
+                          [this, &request](std::unique_ptr<UpstreamConnection> upstream, ExchangeResult& result) {
+                            return Relay(request, std::move(upstream), response_parser_, result);
+                          });
 }
 
 io::Awaitable<void> Exchange::Relay(const ExchangeRequest& request, std::unique_ptr<UpstreamConnection> upstream,

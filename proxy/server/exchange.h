@@ -132,6 +132,7 @@ class Exchange final : private BodySource {
   ExchangeCancel& cancel_;
   char* relay_;
   size_t relay_size_;
+  std::optional<ResponseParser> response_parser_;  // the backend's response, once its head came
 };
 
 }  // namespace fencing
