@@ -70,7 +70,10 @@
     "notAfter of the certificate loaded from each TLS file (a CA bundle: its first to expire), in Unix time.")   \
   X(Counter, tls_reloads_total, "fencing_proxy_tls_reloads_total",                                                \
     "Reloads of the listener's TLS files after start-up, by result: ok (new handshakes use them), failed (the "   \
-    "running certificate keeps serving).")
+    "running certificate keeps serving).")                                                                        \
+  X(Gauge, tls_last_reload_successful, "fencing_proxy_tls_last_reload_successful",                                \
+    "1 if the listener's TLS files as they are now on disk are the ones serving (start-up counts), 0 while a "    \
+    "change to them does not load.")
 
 // The shared fence store's operations (fence_store_seconds{op}; FenceStoreObserver::Observe).
 #define FP_FENCE_STORE_OPS(X) X(raise) X(ack) X(txn) X(keepalive) X(load)

@@ -54,6 +54,8 @@ void Metrics::EnableListenerTls() {
   }
   tls_reloads_ok_series_ = &tls_reloads_total_->Add({{"result", "ok"}});
   tls_reloads_failed_series_ = &tls_reloads_total_->Add({{"result", "failed"}});
+  tls_last_reload_successful_series_ = &tls_last_reload_successful_->Add({});
+  tls_last_reload_successful_series_->Set(1);  // the proxy starts only with files that load
 }
 
 const RouteMetrics& Metrics::ForRoute(std::string_view route) {

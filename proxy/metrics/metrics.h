@@ -94,7 +94,10 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   prometheus::Counter& tls_handshakes(TlsHandshakeResult result) {
     return *tls_handshakes_series_[static_cast<size_t>(result)];
   }
-  void TlsReloaded(bool ok) const override { (ok ? tls_reloads_ok_series_ : tls_reloads_failed_series_)->Increment(); }
+  void TlsReloaded(bool ok) const override {
+    (ok ? tls_reloads_ok_series_ : tls_reloads_failed_series_)->Increment();
+    tls_last_reload_successful_series_->Set(ok ? 1 : 0);
+  }
   void TlsCertificateExpiry(std::string_view file, int64_t not_after) const override {
     tls_certificate_expiry_timestamp_seconds_->Add({{"file", std::string(file)}}).Set(static_cast<double>(not_after));
   }
@@ -159,6 +162,7 @@ class Metrics final : public FenceRegistryObserver, public FenceStoreObserver, p
   std::array<prometheus::Counter*, 3> tls_handshakes_series_{};  // by TlsHandshakeResult
   prometheus::Counter* tls_reloads_ok_series_ = nullptr;
   prometheus::Counter* tls_reloads_failed_series_ = nullptr;
+  prometheus::Gauge* tls_last_reload_successful_series_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RouteMetrics>, std::less<>> routes_;

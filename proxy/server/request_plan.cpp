@@ -193,7 +193,6 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime, const C
 
   const RouteConfig& route = *plan.route->config;
   plan.problem.route = route.name;
-  plan.problem.fence = route.fence;
   if (!route.forward_token) plan.drop_header = config.token_header;
   if (!plan.route->FencesMethod(head.method_string())) {
     Forward(plan, Outcome::kUnfenced);
@@ -211,6 +210,8 @@ RequestPlan PlanRequest(const RequestHead& head, const Runtime& runtime, const C
                          ", and the client's identity (" + identity.joined + ") is not among them");
     return plan;
   }
+  // Named only now: a client the writers refuse is not told which fence guards the route.
+  plan.problem.fence = route.fence;
 
   const bool observe = route.mode == FenceMode::kObserve;
   const std::string& header = config.token_header;

@@ -14,6 +14,7 @@ on its bytes. Hostile bytes on the TLS port: test_tls_hostile; a scanner's view:
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -62,7 +63,7 @@ class TlsTestCase(tls_support.TlsTestCase):
     def setUpClass(cls):
         super().setUpClass()
         pki = cls.pki
-        cls.server_b = pki.server("server-b", 0x1B02)
+        cls.server_b = pki.server("server-b", 0x1B02, days=60)  # outlives server-a: a rotation shows
         cls.writer = pki.client("writer", 0x2001, sans=["URI:" + WRITER])
         cls.reader = pki.client("reader", 0x2002, sans=["URI:" + READER])
         cls.batch = pki.client("batch", 0x2003, sans=["DNS:" + BATCH.upper()])  # DNS names fold case
@@ -211,6 +212,7 @@ class WritersTest(TlsTestCase):
                 self.assertEqual(problem["type"], "urn:fencing-proxy:problem:writer-not-allowed")
                 self.assertNotIn("max_token", problem)
                 self.assertNotIn("token", problem)
+                self.assertNotIn("fence", problem, "nothing about the fence in a stranger's answer")
                 self.assertNotIn("x-fencing-token-max", response[1])
             # Not fenced (GET): passes.
             self.assertEqual(request(proxy.port, ctx, "GET", "/orders/1")[0], 200, who)
@@ -289,6 +291,10 @@ class ReloadTest(TlsTestCase):
         self.assertLess(time.monotonic() - started, 10.0)
         self.assertEqual(self.reloads(proxy, "ok"), 1)
         self.assertEqual(self.reloads(proxy, "failed"), 0)
+        self.assertEqual(self.last_reload_ok(proxy), 1)
+        expiry_after = metric(proxy.metrics(), "fencing_proxy_tls_certificate_expiry_timestamp_seconds",
+                              file=self.secret.path("tls.crt"))
+        self.assertGreater(expiry_after - expiry_before, 29 * 86400, "the expiry series follows the new certificate")
 
         # The open connection still works, on its own handshake.
         self.assertEqual(request(proxy.port, ctx, "GET", "/open/2", conn=kept)[0], 200)
@@ -305,6 +311,7 @@ class ReloadTest(TlsTestCase):
     def test_a_broken_new_certificate_keeps_the_old_one(self):
         proxy = self.start()
         ctx = self.ctx(self.writer)
+        self.assertEqual(self.last_reload_ok(proxy), 1)
         with open(self.server_b[0], "rb") as f:
             half = f.read()[:200]  # half a certificate
         self.secret.write({"tls.crt": half, "tls.key": self.server_b[1], "ca.crt": self.ca_file})
@@ -312,6 +319,9 @@ class ReloadTest(TlsTestCase):
         self.assertEqual(peer_serial(proxy.port, ctx), "1A01", "the running certificate keeps serving")
         self.assertEqual(request(proxy.port, ctx, "GET", "/open/1")[0], 200)
         self.assertIn("TLS files not reloaded", proxy.stderr_text())
+        # The counter counts the failure once; the gauge says 0 for as long as the files stay
+        # broken (the alert follows the gauge).
+        self.assertEqual(self.last_reload_ok(proxy), 0)
 
         # A key of another certificate: refused the same way.
         self.secret.write({"tls.crt": self.server_b[0], "tls.key": self.server_a[1], "ca.crt": self.ca_file})
@@ -322,6 +332,7 @@ class ReloadTest(TlsTestCase):
         self.secret.write({"tls.crt": self.server_b[0], "tls.key": self.server_b[1], "ca.crt": self.ca_file})
         wait_for(lambda: peer_serial(proxy.port, ctx) == "1B02", timeout=12.0, interval=0.1, what="the fixed files")
         self.assertEqual(self.reloads(proxy, "ok"), 1)
+        self.assertEqual(self.last_reload_ok(proxy), 1)
 
 
 class CheckTest(TlsTestCase):
@@ -354,6 +365,25 @@ class CheckTest(TlsTestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("tls.cert_file", result.stderr)
         self.assertIn("holds no PEM certificate", result.stderr)
+
+    def test_check_names_each_missing_file_and_writers_without_client_cas(self):
+        cases = (
+            ("cert_file", {"cert_file": os.path.join(self.workdir, "no-such.crt")}, ROUTES,
+             r"tls\.cert_file .*no-such\.crt: cannot read"),
+            ("client_ca_file", {"client_ca_file": os.path.join(self.workdir, "no-such-ca.crt")}, ROUTES,
+             r"tls\.client_ca_file .*no-such-ca\.crt: cannot read"),
+            # Writers are identities from verified client certificates: without client CAs no
+            # client has one, so the route could never be written; refused, not failed open.
+            ("writers", {"client_ca_file": None}, ROUTES, r"routes\[0\]\.writers: needs tls\.client_ca_file"),
+        )
+        for name, tls, routes, expected in cases:
+            config = {"tls": self.tls_block(**tls), "routes": routes}
+            proxy = self.start_proxy(config, self.backend, start=False, name="check-" + name)
+            result = run_cli("--config", proxy.config_path, "--check")
+            self.assertEqual(result.returncode, 1, name)
+            self.assertRegex(result.stderr, re.escape(proxy.config_path) + r":\d+:\d+: " + expected, name)
+            proxy.start(wait=False)
+            self.assertEqual(proxy.wait_exit(), 1, "the start refuses the same way (%s)" % name)
 
 
 if __name__ == "__main__":

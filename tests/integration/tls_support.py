@@ -63,8 +63,8 @@ class Pki:
                 str(serial), "-days", str(days), "-extfile", name + ".ext", "-out", name + ".crt", cwd=self.dir)
         return self.path(name + ".crt"), self.path(name + ".key")
 
-    def server(self, name, serial):
-        return self.leaf(name, serial, sans=["DNS:localhost", "IP:127.0.0.1"], usage="serverAuth")
+    def server(self, name, serial, days=30):
+        return self.leaf(name, serial, sans=["DNS:localhost", "IP:127.0.0.1"], usage="serverAuth", days=days)
 
     def client(self, name, serial, sans=None, cn=None, ca=None):
         return self.leaf(name, serial, cn=cn, sans=sans, usage="clientAuth", ca=ca)
@@ -214,3 +214,6 @@ class TlsTestCase(ProxyTestCase):
 
     def reloads(self, proxy, result):
         return metric(proxy.metrics(), "fencing_proxy_tls_reloads_total", result=result) or 0
+
+    def last_reload_ok(self, proxy):
+        return metric(proxy.metrics(), "fencing_proxy_tls_last_reload_successful")

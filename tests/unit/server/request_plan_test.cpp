@@ -555,6 +555,7 @@ TEST_P(PlanWritersTest, OnlyWritersSendFencedMethods) {
   EXPECT_FALSE(plan.close);
   EXPECT_FALSE(plan.problem.token.has_value());
   EXPECT_FALSE(plan.problem.max_token.has_value());
+  EXPECT_TRUE(plan.problem.fence.empty()) << "a stranger learns nothing of the fence, not even its name";
   EXPECT_NE(plan.problem.detail.find(c.identity->empty() ? "no client identity" : c.identity->joined),
             std::string::npos)
       << plan.problem.detail;
