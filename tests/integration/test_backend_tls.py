@@ -15,6 +15,8 @@ failed. What is checked, through the binary:
   - a fenced raise and write work end to end over TLS;
   - a backend that sends stray bytes after a response gets that connection discarded, not
     reused; a non-idempotent request is not resent after a TLS connection broke under it;
+  - whole or nothing: a torn or abandoned body within the buffered limit opens no backend
+    connection at all;
   - --check loads the files (a missing one is FILE:LINE:COL at its key), a reload with new
     settings closes the pooled connections, and a reload naming a missing file keeps them.
 
@@ -29,7 +31,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import ProxyTestCase, metric, run_cli, wait_for
+from harness import ProxyTestCase, connect, metric, run_cli, wait_for
 
 IO = 5.0
 PROBLEM_TLS = "urn:fencing-proxy:problem:backend-tls"
@@ -245,6 +247,24 @@ class BackendTlsTest(ProxyTestCase):
         self.assert2xx(proxy.request("GET", "/warm2"))
         self.assert2xx(proxy.request("GET", "/twice"))
         self.assertEqual(sum(1 for r in backend.requests() if r.target == "/twice"), 2)
+
+    def test_a_torn_or_abandoned_body_opens_no_tls_connection(self):
+        # Whole or nothing, as with a plain backend: the body is read and checked before a
+        # backend connection is taken, so not even a handshake happens.
+        backend = self.tls_backend()
+        proxy = self.start_proxy(config({"ca_file": _certs.ca}, access_log=True), backend)
+        with connect(proxy.port) as sock:
+            sock.sendall(b"PUT /fenced/torn HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 2\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n7d00\r\n" + b"a" * 32000 + b"\r\nzz\r\n")
+            self.assertEqual(sock.recv(64)[:12], b"HTTP/1.1 400", "a bad chunk size after 32,000 bytes")
+        with connect(proxy.port) as sock:
+            sock.sendall(b"PUT /fenced/abandoned HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 2\r\n"
+                         b"Content-Length: 200000\r\n\r\n" + b"c" * 100000)
+        wait_for(lambda: [e for e in proxy.access_log() if e.get("path") == "/fenced/abandoned"], IO,
+                 what="the access line of the abandoned upload")
+        self.assertEqual(backend.handshakes(), 0, "a TLS connection was opened for a body that never came whole")
+        self.assertEqual(backend.received(), b"")
+        self.assertEqual(proxy.fence("fenced").get("max_token", 0), 0, "nothing raised")
 
     # -- files: --check, start and reload --
 
