@@ -8,12 +8,6 @@
 #include <memory>
 #include <utility>
 
-// GCC 12 misreads Asio's coroutine frame allocation as a mismatched new/delete (as in
-// h2_session.cpp); clang and the sanitizers see none.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 namespace fencing {
 
 namespace asio = boost::asio;

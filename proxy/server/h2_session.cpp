@@ -22,12 +22,6 @@
 #include <utility>
 #include <vector>
 
-// GCC 12 misreads Asio's coroutine frame allocation in Handle as a mismatched new/delete (the
-// misfire CMakeLists.txt already names for sanitized builds); clang and the sanitizers see none.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 namespace fencing {
 
 namespace asio = boost::asio;

@@ -12,12 +12,6 @@
 #include <utility>
 #include <vector>
 
-// GCC 12 misreads Asio's coroutine frame allocation in Run as a mismatched new/delete (as in
-// h2_session.cpp); clang and the sanitizers see none.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 namespace fencing {
 
 namespace asio = boost::asio;
