@@ -164,23 +164,44 @@ def parse_dump(path):
     return total, allocs, frees
 
 
-def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def callgrind_arguments(description, requests, rounds, warmup, setups=None, requests_help=None):
+    """The command line the callgrind benches share: --binary, --requests, --rounds, --warmup,
+    --json, --keep-dumps, and --setups when the bench has several."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--binary", default=os.path.join(REPO, "build", "proxy", "fencing-proxy"))
-    p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--requests", type=int, default=requests, help=requests_help)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--warmup", type=int, default=warmup)
+    if setups:
+        p.add_argument("--setups", default=",".join(setups), help="comma-separated: " + ",".join(setups))
     p.add_argument("--json")
     p.add_argument("--keep-dumps", help="copy the callgrind dumps to this directory")
-    a = p.parse_args(argv)
+    return p
+
+
+def callgrind_start(prefix, a=None, setups=None):
+    """Checks the tools (and a.setups against setups), starts a Supervisor that stops its
+    processes at exit, makes a work directory -> (chosen setups, supervisor, work directory)."""
     for tool in ("valgrind", "callgrind_control", "nginx"):
         if not find_tool(tool):
             raise BenchError("%s not installed" % tool)
+    chosen = []
+    if setups:
+        chosen = [s for s in a.setups.split(",") if s]
+        for s in chosen:
+            if s not in setups:
+                raise BenchError("unknown setup %r" % s)
     sup = Supervisor()
     atexit.register(sup.stop_all)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    w = tempfile.mkdtemp(prefix="fp-callgrind-")
+    w = tempfile.mkdtemp(prefix=prefix)
     os.chmod(w, 0o755)
+    return chosen, sup, w
+
+
+def main(argv):
+    a = callgrind_arguments(__doc__.splitlines()[0], requests=2000, rounds=2, warmup=1000).parse_args(argv)
+    _, sup, w = callgrind_start("fp-callgrind-")
     try:
         backend_port, port, admin = free_ports(3)
         cfg = render("nginx-backend.conf", os.path.join(w, "nginx-backend.conf"), WORKDIR=w,

@@ -22,22 +22,18 @@ lockservices.py starts it).
   python3 bench/callgrind_paths.py [--binary build/proxy/fencing-proxy] [--requests 2000] [--rounds 2]
 """
 
-import argparse
-import atexit
 import json
 import os
 import shutil
-import signal
 import sys
-import tempfile
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import (BenchError, Supervisor, find_tool, free_ports, http_put, log,  # noqa: E402
+from run import (BenchError, find_tool, free_ports, http_put, log,  # noqa: E402
                  start_nginx_backend, REPO)
-from callgrind_keys import counted_dump, parse_dump, send, wait_ready_under_valgrind  # noqa: E402
+from callgrind_keys import (callgrind_arguments, callgrind_start, counted_dump, parse_dump, send,  # noqa: E402
+                            wait_ready_under_valgrind)
 from verify import EtcdHolders, LOCK_PREFIX  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
@@ -143,27 +139,9 @@ def measure(setup, a, sup, w, backend_port, etcd, holders):  # noqa: C901 (one s
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--binary", default=os.path.join(REPO, "build", "proxy", "fencing-proxy"))
-    p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=1000)
-    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS))
-    p.add_argument("--json")
-    p.add_argument("--keep-dumps", help="copy the callgrind dumps to this directory")
-    a = p.parse_args(argv)
-    for tool in ("valgrind", "callgrind_control", "nginx"):
-        if not find_tool(tool):
-            raise BenchError("%s not installed" % tool)
-    setups = [s for s in a.setups.split(",") if s]
-    for s in setups:
-        if s not in SETUPS:
-            raise BenchError("unknown setup %r" % s)
-    sup = Supervisor()
-    atexit.register(sup.stop_all)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    w = tempfile.mkdtemp(prefix="fp-callgrind-paths-")
-    os.chmod(w, 0o755)
+    a = callgrind_arguments(__doc__.splitlines()[0], requests=2000, rounds=2, warmup=1000,
+                            setups=SETUPS).parse_args(argv)
+    setups, sup, w = callgrind_start("fp-callgrind-paths-", a, SETUPS)
     etcd = holders = None
     try:
         _, backend_port = start_nginx_backend(sup, w)

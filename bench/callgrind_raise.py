@@ -33,21 +33,18 @@ Needs valgrind, nginx, and etcd for etcd_store (started as tests/integration/loc
 starts it: Debian's /usr/bin/etcd on free ports, a temporary data directory). See bench/README.md.
 """
 
-import argparse
-import atexit
 import http.client
 import json
 import os
 import shutil
-import signal
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import BenchError, Supervisor, find_tool, free_ports, log, start_nginx_backend, REPO  # noqa: E402
+from run import BenchError, find_tool, free_ports, log, start_nginx_backend, REPO  # noqa: E402
 # (importing callgrind_keys also sets TCMALLOC_TRANSFER_NUM_OBJ, so the proxy does not re-exec)
-from callgrind_keys import counted_dump, parse_dump, wait_ready_under_valgrind  # noqa: E402
+from callgrind_keys import (callgrind_arguments, callgrind_start, counted_dump, parse_dump,  # noqa: E402
+                            wait_ready_under_valgrind)
 
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import lockservices  # noqa: E402
@@ -143,27 +140,9 @@ def measure(setup, a, sup, w, backend_port, etcd_url):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--binary", default=os.path.join(REPO, "build", "proxy", "fencing-proxy"))
-    p.add_argument("--requests", type=int, default=1000, help="raises (and equal PUTs) per round")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS))
-    p.add_argument("--json")
-    p.add_argument("--keep-dumps", help="copy the callgrind dumps to this directory")
-    a = p.parse_args(argv)
-    for tool in ("valgrind", "callgrind_control", "nginx"):
-        if not find_tool(tool):
-            raise BenchError("%s not installed" % tool)
-    setups = [s for s in a.setups.split(",") if s]
-    for s in setups:
-        if s not in SETUPS:
-            raise BenchError("unknown setup %r" % s)
-    sup = Supervisor()
-    atexit.register(sup.stop_all)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    w = tempfile.mkdtemp(prefix="fp-callgrind-raise-")
-    os.chmod(w, 0o755)
+    a = callgrind_arguments(__doc__.splitlines()[0], requests=1000, rounds=3, warmup=200, setups=SETUPS,
+                            requests_help="raises (and equal PUTs) per round").parse_args(argv)
+    setups, sup, w = callgrind_start("fp-callgrind-raise-", a, SETUPS)
     etcd = None
     try:
         _, backend_port = start_nginx_backend(sup, w)
