@@ -145,14 +145,16 @@ void OurRaises::OnPendingTxn(const std::string& name, uint64_t op_id, const etcd
   Target& t = targets_[name];
   if (!s.ok()) {
     // It may have been written all the same: a pending of ours that no raise owns is withdrawn
-    // when the view shows it.
-    // No floor: it may not have been written, and then it refused nothing.
+    // when the view shows it (RaiseProtocol::OnPending), and is the floor from then on.
     reporter_.Error("cannot write the pending raise of " + name + ": " + s.error);
-    targets_.Complete(t, PersistResult::kNotDurable);
-    // Shown by the view already (it waited for this answer): withdrawn now.
     if (t.pending && !t.pending->value.withdrawn && membership_.IsSelf(t.pending->value.member)) {
-      targets_.Withdraw(name, t, t.pending->revision, t.pending->value.token);
+      // Shown by the view already (it waited for this answer): it is in etcd, where the others
+      // refuse below it. Withdrawn, and the floor here at once, before the raise ends: a lower
+      // token of ours must not raise over it before the withdrawal lands.
+      targets_.WithdrawOurs(name, t, t.pending->revision, t.pending->value.token);
     }
+    // Not shown: no floor; it may not have been written, and then it refused nothing.
+    targets_.Complete(t, PersistResult::kNotDurable);
     targets_.Prune(name);
     return;
   }
@@ -185,8 +187,7 @@ void OurRaises::OnPendingTxn(const std::string& name, uint64_t op_id, const etcd
     if (pending && !pending->withdrawn && membership_.IsSelf(pending->member) && pending->token > op->token) {
       // A higher pending of ours that no raise owns (an answer lost): withdrawn, and it is in
       // etcd, so ours below it is stale.
-      targets_.Withdraw(name, t, pending_revision, pending->token);
-      targets_.ApplyFloor(name, t, pending->token);
+      targets_.WithdrawOurs(name, t, pending_revision, pending->token);
       targets_.Complete(t, PersistResult::kNotDurable);
       targets_.Prune(name);
       return;

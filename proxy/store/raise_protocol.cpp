@@ -32,7 +32,7 @@ void RaiseProtocol::Attach(FenceRegistry& registry) {
       targets_.ApplyPending(name, t);
       MaybeTakeOver(name, t);
     } else if (t.pending && !t.pending->value.withdrawn) {
-      targets_.Withdraw(name, t, t.pending->revision, t.pending->value.token);  // ours (a former id), no raise
+      targets_.WithdrawOurs(name, t, t.pending->revision, t.pending->value.token);  // ours (a former id), no raise
     }
     targets_.Prune(name);
   }
@@ -85,7 +85,7 @@ void RaiseProtocol::OnPending(const Layout::Key& key, const PendingValue& value,
   }
   if (membership_.IsSelf(value.member)) {
     const bool under_way = t.op && t.op->kind == Op::Kind::kRaise && (t.op->revision == revision || t.op->revision == 0);
-    if (!under_way) targets_.Withdraw(name, t, revision, value.token);  // an answer we never had, or an earlier id's
+    if (!under_way) targets_.WithdrawOurs(name, t, revision, value.token);  // an answer we never had, or an earlier id's
     return;
   }
   if (t.op) {
