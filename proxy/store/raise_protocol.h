@@ -27,8 +27,10 @@
 //                                                                 while it stands
 //   another's raise to T pending its raiser's member key gone     withdrawn by us (compare): nobody
 //                                                                 else will ever commit or withdraw it
-//   a pending of ours, no raise  (an answer lost, or our earlier  withdrawn (compare)
-//   of ours owns it              id's)
+//   a pending of ours, no raise  (an answer lost, or our earlier  floor T at once (the others refuse
+//   of ours owns it              id's)                            below it; a lower raise of ours
+//                                                                 must not replace it), then
+//                                                                 withdrawn (compare)
 //   withdrawn at T               our fence                        floor T: tokens below T stay stale
 //   our pending written at T     our fence                        tokens below T are stale (before,
 //                                                                 they waited: they might still have
