@@ -117,16 +117,23 @@ void RaiseTargets::Withdraw(const std::string& name, Target& t, int64_t revision
     auto it = targets_.find(name);
     if (it == targets_.end() || it->second.withdrawing != revision) return;
     Target& t = it->second;
-    t.withdrawing = 0;
     if (s.ok()) {
+      t.withdrawing = 0;
       Prune(name);
       return;
     }
     reporter_.Error("cannot withdraw the pending raise of " + name + ": " + s.error);
-    t.retry = scheduler_.After(500 * kMillisecond, [this, name, revision, token] {
+    // Still withdrawing (so Prune keeps the target), on a timer of its own: an acknowledgement's
+    // or a commit's retry must not cancel this one (seed 408235: a pending left standing).
+    t.withdraw_retry = scheduler_.After(500 * kMillisecond, [this, name, revision, token] {
       auto it = targets_.find(name);
-      if (it != targets_.end() && (!it->second.pending || it->second.pending->revision == revision)) {
-        Withdraw(name, it->second, revision, token);
+      if (it == targets_.end() || it->second.withdrawing != revision) return;
+      Target& t = it->second;
+      t.withdrawing = 0;
+      if (!t.pending || t.pending->revision == revision) {
+        Withdraw(name, t, revision, token);
+      } else {
+        Prune(name);
       }
     });
   });

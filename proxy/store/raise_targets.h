@@ -62,7 +62,8 @@ class RaiseTargets {
     FenceRef fence;                  // pinned while another's raise stands or a persist runs
     std::unique_ptr<Op> op;
     int64_t withdrawing = 0;  // the pending revision we are turning into "withdrawn"
-    std::unique_ptr<Scheduler::Timer> retry;
+    std::unique_ptr<Scheduler::Timer> retry;           // an acknowledgement's or a commit's
+    std::unique_ptr<Scheduler::Timer> withdraw_retry;  // the withdrawal's, until etcd answers it
   };
   using Map = std::map<std::string, Target>;
 

@@ -43,7 +43,9 @@ TEST(ProtocolSimulation, SeedsThatOnceFailedStillPass) {
   // a fence forgot another's pending below its own failed raise). 55310: a committed token's
   // requests after a newer holder's token. 288664: our pending raise's answer lost while the
   // view showed it written; a lower raise of ours then replaced it before its withdrawal landed.
-  for (uint64_t seed : {41866u, 55310u, 84389u, 97890u, 288664u}) {
+  // 408235: a failed withdrawal's retry cancelled by an acknowledgement's, its pending left
+  // standing.
+  for (uint64_t seed : {41866u, 55310u, 84389u, 97890u, 288664u, 408235u}) {
     SimulationOptions o;
     o.seed = seed;
     SimulationResult r = RunSimulation(o);
