@@ -208,8 +208,7 @@ void OurRaises::OnPendingTxn(const std::string& name, uint64_t op_id, const etcd
   }
   if (r.responses.size() != 2) {
     reporter_.Error("unreadable member list in the pending raise's answer");
-    targets_.Withdraw(name, t, r.revision, op->token);
-    targets_.ApplyFloor(name, t, op->token);
+    targets_.WithdrawOurs(name, t, r.revision, op->token);
     targets_.Complete(t, PersistResult::kNotDurable);
     targets_.Prune(name);
     return;
@@ -308,8 +307,7 @@ void OurRaises::OnDeadline(const std::string& name, uint64_t op_id) {
   reporter_.Error("a raise of " + name + " was given up: not every member acknowledged it within member_ttl + "
                   "timeouts.request");
   if (op->revision != 0) {  // (one never written refused nothing: no floor)
-    targets_.Withdraw(name, t, op->revision, op->token);
-    targets_.ApplyFloor(name, t, op->token);
+    targets_.WithdrawOurs(name, t, op->revision, op->token);
   }
   targets_.Complete(t, PersistResult::kNotDurable);
   targets_.Prune(name);

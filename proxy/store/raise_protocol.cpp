@@ -182,8 +182,7 @@ void RaiseProtocol::OnLost() {
     // and so does a commit under way (it may have happened: its answer says).
     if (!t.op || t.op->kind != Op::Kind::kRaise || t.op->committing) continue;
     if (t.op->revision != 0) {  // (one never written refused nothing: no floor)
-      targets_.Withdraw(name, t, t.op->revision, t.op->token);
-      targets_.ApplyFloor(name, t, t.op->token);
+      targets_.WithdrawOurs(name, t, t.op->revision, t.op->token);
     }
     targets_.Complete(t, PersistResult::kNotDurable);
     targets_.Prune(name);

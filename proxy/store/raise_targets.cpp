@@ -96,12 +96,13 @@ void RaiseTargets::Tell(const std::string& name, Target& t, uint64_t token, void
 }
 
 // ------------------------------------------------------------------------------- withdrawing
-// A pending of ours in etcd that no raise of ours owns (an answer lost, an earlier ID's): the
-// others refuse below it, so it is the floor here at once, and withdrawn. Without the floor, a
-// lower raise of ours could replace it (its compare still matching) before the withdrawal lands.
+// A pending of ours in etcd that we give up, or that no raise of ours owns (an answer lost, an
+// earlier ID's): withdrawn, and the floor here at once, as it is at the others, which refuse
+// below it already. Without the floor, a lower raise of ours could replace it (its compare still
+// matching) before the withdrawal lands.
 void RaiseTargets::WithdrawOurs(const std::string& name, Target& t, int64_t revision, uint64_t token) {
-  ApplyFloor(name, t, token);
   Withdraw(name, t, revision, token);
+  ApplyFloor(name, t, token);
 }
 
 // pending := "T withdrawn", if it is still the one at revision: T is the floor from now on.

@@ -99,7 +99,7 @@ class RaiseTargets {
   void ApplyWritten(const std::string& name, Target& t, uint64_t token);  // our pending is in etcd
 
   // pending := "T withdrawn" if it is still the one at revision (retried until etcd answers).
-  // A pending of ours at revision, owned by no raise of ours: the floor here, then withdrawn.
+  // A pending of ours at revision, given up or owned by no raise of ours: withdrawn, and the floor here.
   void WithdrawOurs(const std::string& name, Target& t, int64_t revision, uint64_t token);
   void Withdraw(const std::string& name, Target& t, int64_t revision, uint64_t token);
 
